@@ -1,0 +1,116 @@
+"""Ray Tune side of the study: a Searcher that asks Optuna, and the Tune callbacks that
+tell Optuna how each trial ended.
+
+The scheduler adapter (:mod:`hpsearch.adapters.ray_scheduler`) reports every epoch
+before it decides, so that Optuna pruners see the value they judge; these classes only
+start and end trials.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
+
+from hpsearch import keys
+from hpsearch.adapters.study import StudyRecorder
+from hpsearch.errors import TrialSetupError
+
+log = logging.getLogger(__name__)
+
+
+class StudySearcher(Searcher):
+    """Proposes each new trial's params by asking the Optuna study (its sampler)."""
+
+    def __init__(self, recorder: StudyRecorder, metric: str, mode: str):
+        super().__init__(metric=metric, mode=mode)
+        self.recorder = recorder
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        number, params, seed = self.recorder.ask(trial_id)
+        return {**params, keys.TRIAL_NUMBER: number, keys.TRIAL_SEED: seed}
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        # Final states are told by StudyCallback, which also sees the error text.
+        pass
+
+
+def _load_error(trial: Any) -> tuple[BaseException | None, str]:
+    """The trial's pickled error and text trace, read where the controller wrote them.
+
+    The controller writes both next to the trial's *local* results before it calls
+    the callbacks; ``Trial.get_pickled_error`` reads the synced copy, not there yet.
+    """
+    import cloudpickle
+
+    error, text = None, ""
+    path = trial.pickled_error_file
+    if path and os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                error = cloudpickle.load(f)
+        except Exception:  # an exception that cannot be unpickled here
+            error = None
+    path = trial.error_file
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    return error, text
+
+
+def error_summary(trial: Any) -> tuple[str, bool]:
+    """One line saying why a Ray trial failed, and whether it was a setup error."""
+    error, text = _load_error(trial)
+    if error is not None:
+        cause = getattr(error, "cause", None) or error
+        setup = isinstance(cause, TrialSetupError)
+        lines = str(cause).strip().splitlines()
+        line = lines[-1] if lines else ""
+        return (line if setup else f"{type(cause).__name__}: {line}".rstrip(": ")), setup
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return (lines[-1].strip() if lines else "unknown error"), False
+
+
+class StudyCallback(Callback):
+    """Tells the study how each trial ended, and counts outcomes for the progress view.
+
+    A :class:`~hpsearch.errors.TrialSetupError` (the trainable's contract broken, the
+    objective never logged) would fail every trial the same way: it aborts the run.
+    """
+
+    def __init__(self, recorder: StudyRecorder, on_end=None):
+        self.recorder = recorder
+        self.on_end = on_end
+        self.abort_reason: str | None = None
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        number = self.recorder.number(trial.trial_id)
+        state = self.recorder.complete(trial.trial_id, trial.last_result)
+        if state is not None and self.on_end:
+            self.on_end(number, state, trial.last_result, None)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        number = self.recorder.number(trial.trial_id)
+        text, setup = error_summary(trial)
+        state = self.recorder.fail(trial.trial_id, text)
+        if setup and self.abort_reason is None:
+            self.abort_reason = text
+        if state is not None and self.on_end:
+            self.on_end(number, state, trial.last_result, text)
+
+
+class AbortStopper(Stopper):
+    """Stops the whole experiment once the callback has found a fatal setup error."""
+
+    def __init__(self, callback: StudyCallback):
+        self.callback = callback
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.callback.abort_reason is not None

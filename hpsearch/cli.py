@@ -1,0 +1,115 @@
+"""Command line: ``python -m hpsearch COMMAND ...``; returns an exit code.
+
+Exit codes: 0 success; 2 bad input (nothing written) or a run aborted because its trials
+cannot run as configured; 1 any other failure; 130 interrupted. Errors are one line on
+stderr, without a traceback. Parsing and ``--help`` import neither Ray nor torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from hpsearch import __version__
+from hpsearch.errors import EXIT_INTERRUPTED, HpsearchError
+
+DESCRIPTION = """\
+Cost-aware hyperparameter search: Ray Tune schedules PyTorch Lightning trials,
+Optuna proposes configurations and records every trial in a study.
+
+examples:
+  python -m hpsearch run search_spaces/digits_mlp.yaml
+  python -m hpsearch run search_spaces/digits_mlp.yaml --set search.n_trials=4
+  python -m hpsearch validate search_spaces/digits_mlp.yaml
+  optuna-dashboard sqlite:///runs/digits-mlp/optuna.db
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpsearch",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"hpsearch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="run (or continue) a search described by a space.yaml",
+        description=(
+            "Run a search. Results go to the run dir (default runs/<name>/): the Optuna "
+            "study (optuna.db), Ray Tune's experiment with checkpoints (tune/), the "
+            "resolved config (space.yaml) and the driver log (hpsearch.log). Running "
+            "again on the same run dir continues the study: its finished trials count "
+            "toward search.n_trials."
+        ),
+    )
+    run.add_argument("space", metavar="SPACE.yaml", help="the search description")
+    run.add_argument("--run-dir", metavar="DIR", help="where results go (default runs/<name>/)")
+    _add_set(run)
+    run.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    run.add_argument(
+        "--progress-interval", metavar="S", type=float, default=10.0,
+        help="seconds between status lines (default 10)",
+    )
+
+    validate = sub.add_parser(
+        "validate",
+        help="check a space.yaml (and its trainable path) without running anything",
+        description="Validate a space.yaml and print the resolved config with defaults.",
+    )
+    validate.add_argument("space", metavar="SPACE.yaml")
+    _add_set(validate)
+    validate.add_argument(
+        "--no-import", action="store_true",
+        help="do not import the trainable (skips the check of its path; fast)",
+    )
+    return parser
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+        help="override a key, typed like YAML (repeatable), e.g. --set search.n_trials=4",
+    )
+
+
+def _validate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from hpsearch import config as config_mod
+
+    config = config_mod.load(args.space, args.overrides)
+    if not args.no_import:
+        from hpsearch.trainable import resolve
+
+        resolve(config.trainable)
+    sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    print(f"ok: {args.space} is valid ({len(config.space)} parameters)", file=sys.stderr)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hpsearch.driver import run
+
+    emit = None if args.quiet else (lambda line: print(line, flush=True))
+    run(args.space, args.overrides, args.run_dir, emit=emit,
+        progress_interval_s=args.progress_interval)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; return the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _validate(args)
+        return _run(args)
+    except HpsearchError as exc:
+        print(f"hpsearch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("hpsearch: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

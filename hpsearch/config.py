@@ -1,0 +1,366 @@
+"""``space.yaml`` -> a validated, immutable :class:`Config`.
+
+Pure module: no Ray, torch, Lightning or Optuna. Every key is declared once, in the
+dataclasses below, with its type check, default and one-line meaning; the README's key
+reference is checked against these declarations by a test.
+
+Rules:
+  * Unknown keys are errors; every error is a :class:`~hpsearch.errors.ConfigError`
+    naming the dotted field path and the bad value.
+  * Numbers: PyYAML reads ``1e-4`` (no dot) as a *string*. Float fields accept such
+    strings deliberately when they parse as a finite float; integer fields accept
+    integers only (booleans are never numbers).
+  * ``--set dotted.key=value`` overrides are parsed as YAML scalars and applied to the
+    raw mapping before validation, so they obey the same rules.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from hpsearch.errors import ConfigError
+from hpsearch.scalars import parse_float_value, parse_int_value
+from hpsearch.space import Space, parse_space
+
+Parser = Callable[[Any, str], Any]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_TRAINABLE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+# ---------------------------------------------------------------------------------------
+# Scalar parsers: (raw value, dotted path) -> converted value, or ConfigError.
+
+
+def _float(min_value: float | None = None, *, exclusive: bool = False) -> Parser:
+    def parse(value: Any, path: str) -> float:
+        out = parse_float_value(value, path)
+        if min_value is not None and (out <= min_value if exclusive else out < min_value):
+            op = ">" if exclusive else ">="
+            raise ConfigError(path, f"must be {op} {min_value:g}", value)
+        return out
+
+    return parse
+
+
+def _int(min_value: int | None = None) -> Parser:
+    def parse(value: Any, path: str) -> int:
+        out = parse_int_value(value, path)
+        if min_value is not None and out < min_value:
+            raise ConfigError(path, f"must be >= {min_value}", value)
+        return out
+
+    return parse
+
+
+def _str(pattern: re.Pattern[str] | None = None, hint: str = "") -> Parser:
+    def parse(value: Any, path: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(path, "must be a non-empty string", value)
+        if pattern is not None and not pattern.match(value):
+            raise ConfigError(path, f"must be {hint}", value)
+        return value
+
+    return parse
+
+
+def _choice(*choices: str) -> Parser:
+    def parse(value: Any, path: str) -> str:
+        if value not in choices:
+            raise ConfigError(path, f"must be one of {', '.join(choices)}", value)
+        return value
+
+    return parse
+
+
+def _optional(inner: Parser) -> Parser:
+    def parse(value: Any, path: str) -> Any:
+        return None if value is None else inner(value, path)
+
+    return parse
+
+
+def _key(parser: Parser, doc: str, default: Any = MISSING) -> Any:
+    """Declare a config key: its parser, its one-line meaning and its default."""
+    meta = {"parser": parser, "doc": doc}
+    if default is MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _section(cls: type, doc: str) -> Any:
+    """Declare a nested section whose keys all have defaults."""
+    return field(default_factory=cls, metadata={"section": cls, "doc": doc})
+
+
+# ---------------------------------------------------------------------------------------
+# Sections.
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the search optimises."""
+
+    metric: str = _key(_str(), "Metric the trainable logs each epoch (e.g. `val_acc`).")
+    mode: str = _key(_choice("max", "min"), "`max` or `min`.", "max")
+
+
+@dataclass(frozen=True)
+class Search:
+    """How configurations are proposed and how many run."""
+
+    sampler: str = _key(_choice("tpe", "random"), "Optuna sampler: `tpe` or `random`.", "tpe")
+    n_trials: int = _key(_int(1), "Trials in the study (a continued run counts earlier ones).", 16)
+    concurrency: int | None = _key(
+        _optional(_int(1)),
+        "Trials at once; `null` = as many as the cluster's resources allow.",
+        None,
+    )
+    seed: int = _key(_int(0), "Seeds the sampler and, with the trial number, each trial.", 0)
+    max_failures: int = _key(
+        _int(0), "Restarts of a trial whose process dies, from its latest checkpoint.", 0
+    )
+
+
+def _gpu(value: Any, path: str) -> float:
+    out = _float(0.0)(value, path)
+    if out > 1 and not out.is_integer():
+        raise ConfigError(path, "must be a fraction <= 1 or a whole number of GPUs", value)
+    return out
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What each trial reserves on a Ray node."""
+
+    cpu: float = _key(_float(0.0, exclusive=True), "CPUs per trial (fractions allowed).", 1.0)
+    gpu: float = _key(_gpu, "GPUs per trial: a fraction <= 1 shares a GPU, or a whole number.", 0.0)
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """Early stopping of unpromising trials."""
+
+    policy: str = _key(
+        _choice("none", "asha", "median"),
+        "`none`, `asha` (Ray Tune's ASHA) or `median` (Optuna's MedianPruner).",
+        "none",
+    )
+    min_epochs: int = _key(_int(1), "Epochs every trial runs before it can be pruned.", 1)
+    reduction_factor: float = _key(
+        _float(1.0, exclusive=True), "`asha`: keep 1/reduction_factor at each rung.", 3.0
+    )
+    startup_trials: int = _key(
+        _int(0), "`median`: trials that must finish before pruning starts.", 5
+    )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Which Ray cluster runs the trials."""
+
+    address: str | None = _key(
+        _optional(_str()),
+        "`null` starts a local Ray; `auto` joins `ray start --head`; or `ray://host:port`.",
+        None,
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated ``space.yaml``."""
+
+    name: str = _key(
+        _str(_NAME_RE, "letters, digits, '_', '-' or '.', starting with a letter or digit"),
+        "Run name: the study name and the default run dir `runs/<name>/`.",
+    )
+    trainable: str = _key(
+        _str(_TRAINABLE_RE, "an import path 'package.module:function'"),
+        "`package.module:function`; called with the sampled params, returns "
+        "`(LightningModule, LightningDataModule)`.",
+    )
+    objective: Objective = field(
+        metadata={"section": Objective, "doc": "What the search optimises."}
+    )
+    max_epochs: int = _key(_int(1), "Epochs a trial trains unless pruned.")
+    space: Space = field(
+        metadata={"parser": parse_space, "doc": "The hyperparameters (see below)."}
+    )
+    search: Search = _section(Search, "How configurations are proposed.")
+    resources: Resources = _section(Resources, "What each trial reserves.")
+    pruning: Pruning = _section(Pruning, "Early stopping.")
+    storage: str | None = _key(
+        _optional(_str(_URL_RE, "an Optuna storage URL such as 'sqlite:///path.db'")),
+        "Optuna RDB URL; `null` = `sqlite:///<run dir>/optuna.db`.",
+        None,
+    )
+    cluster: Cluster = _section(Cluster, "Which Ray cluster runs the trials.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the config as plain YAML-able data (defaults filled in)."""
+        return _to_plain(self)
+
+
+def _to_plain(obj: Any) -> Any:
+    if isinstance(obj, Space):
+        return obj.to_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in fields(obj)}
+    return obj
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path or "space.yaml", "must be a mapping of keys to values", raw)
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            where = f"{path}.{key}" if path else str(key)
+            hint = _suggest(str(key), known)
+            raise ConfigError(where, f"unknown key{hint}")
+    values: dict[str, Any] = {}
+    for name, f in known.items():
+        where = f"{path}.{name}" if path else name
+        if name not in raw:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ConfigError(where, "is required")
+            continue
+        if "section" in f.metadata:
+            values[name] = _build(f.metadata["section"], raw[name] or {}, where)
+        else:
+            values[name] = f.metadata["parser"](raw[name], where)
+    return cls(**values)
+
+
+def _suggest(key: str, known: Mapping[str, Any]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    if close:
+        return f"; did you mean '{close[0]}'?"
+    return f"; known keys: {', '.join(known)}"
+
+
+def reference_keys() -> list[tuple[str, str, str]]:
+    """Return ``(dotted key, default, meaning)`` for every declared key, in order."""
+    out: list[tuple[str, str, str]] = []
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in fields(cls):
+            key = f"{prefix}{f.name}"
+            if "section" in f.metadata:
+                walk(f.metadata["section"], key + ".")
+                continue
+            if f.default is not MISSING:
+                default = "null" if f.default is None else repr(f.default).strip("'")
+            else:
+                default = "required"
+            out.append((key, default, f.metadata["doc"]))
+
+    walk(Config, "")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Loading and overrides.
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``dotted.key=value`` into the key and the YAML-typed value."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError("--set", "must look like dotted.key=value", text)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(key, f"value is not valid YAML ({_yaml_problem(exc)})", raw) from None
+    return key, value
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | list[str] | None):
+    """Return a deep copy of ``raw`` with dotted-key overrides applied.
+
+    Args:
+        raw: The mapping read from ``space.yaml``.
+        overrides: ``{"search.n_trials": 3}`` or ``["search.n_trials=3"]``.
+    """
+    out = copy.deepcopy(dict(raw))
+    if not overrides:
+        return out
+    items = (
+        [parse_override(o) for o in overrides]
+        if isinstance(overrides, list)
+        else list(overrides.items())
+    )
+    for key, value in items:
+        node = out
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise ConfigError(where, f"is not a mapping, cannot set '{key}'", child)
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def _yaml_problem(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return problem
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a ``space.yaml`` into a mapping; malformed YAML is a ConfigError."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("space.yaml", "file not found", str(path)) from None
+    except OSError as exc:
+        raise ConfigError("space.yaml", f"cannot read file ({exc.strerror})", str(path)) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), f"malformed YAML at {_yaml_problem(exc)}") from None
+    if raw is None:
+        raise ConfigError(str(path), "is empty")
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "top level must be a mapping of keys", raw)
+    return raw
+
+
+def validate(raw: Mapping[str, Any]) -> Config:
+    """Validate a raw mapping into a :class:`Config`; raise ConfigError on bad input."""
+    config = _build(Config, raw, "")
+    if config.pruning.policy != "none" and config.pruning.min_epochs >= config.max_epochs:
+        raise ConfigError(
+            "pruning.min_epochs",
+            f"must be < max_epochs ({config.max_epochs}) for pruning to do anything",
+            config.pruning.min_epochs,
+        )
+    return config
+
+
+def load(
+    source: str | Path | Mapping[str, Any],
+    overrides: Mapping[str, Any] | list[str] | None = None,
+) -> Config:
+    """Load ``source`` (a path to ``space.yaml`` or a mapping), apply overrides, validate."""
+    raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
+    return validate(apply_overrides(raw, overrides))

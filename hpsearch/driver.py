@@ -1,0 +1,389 @@
+"""The composition root: config -> study, Ray cluster, scheduler, runner -> results.
+
+``run()`` validates everything it can before writing anything: the config, the
+trainable's import path, compatibility with an existing study in the run dir, and that
+some Ray node can hold one trial. Only then does it create the run dir:
+
+    runs/<name>/
+      space.yaml      the resolved config of the latest session (defaults filled in)
+      optuna.db       the Optuna study (unless ``storage`` points elsewhere)
+      tune/session-N  Ray Tune's experiment: per-trial checkpoints, results and logs
+      hpsearch.log    the driver's log (Ray and Tune warnings, trial errors)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from hpsearch import config as config_mod
+from hpsearch.errors import ConfigError, HpsearchError
+from hpsearch.progress import Progress, top_table
+
+log = logging.getLogger("hpsearch")
+
+ORPHAN_REASON = "the driver stopped before this trial finished"
+INTERRUPTED_REASON = "the run was interrupted before this trial finished"
+
+
+class RunAborted(HpsearchError):
+    """The run stopped because every trial would fail the same way (a setup error)."""
+
+    exit_code = ConfigError.exit_code
+
+
+class RunInterrupted(HpsearchError):
+    """The run was interrupted (Ctrl-C); finished trials are kept in the study."""
+
+    exit_code = 130
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` returns.
+
+    Attributes:
+        study: The Optuna study holding every trial of the run.
+        best_trial: The best COMPLETE trial (``optuna.trial.FrozenTrial``), or None.
+        run_dir: Where the run's files are.
+        storage_url: The Optuna storage URL (for ``optuna-dashboard``).
+    """
+
+    study: Any
+    best_trial: Any
+    run_dir: Path
+    storage_url: str
+
+
+def default_run_dir(name: str) -> Path:
+    return Path("runs") / name
+
+
+def storage_url_for(config: config_mod.Config, run_dir: Path) -> str:
+    return config.storage or f"sqlite:///{run_dir / 'optuna.db'}"
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def display_url(url: str, run_dir: Path) -> str:
+    if url.startswith("sqlite:///"):
+        return "sqlite:///" + display_path(Path(url[len("sqlite:///"):]))
+    return url
+
+
+def _sqlite_file(url: str) -> Path | None:
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])
+    return None
+
+
+def _check_existing_study(config: config_mod.Config, url: str) -> bool:
+    """Raise if the study in ``url`` cannot be continued with ``config``; True if it exists."""
+    from hpsearch.adapters.study import check_compatible, existing_study_config
+
+    db_file = _sqlite_file(url)
+    if db_file is not None and not db_file.exists():
+        return False  # opening it would create it: nothing to check
+    previous = existing_study_config(url, config.name)
+    if previous is None:
+        return False
+    check_compatible(previous, config)
+    return True
+
+
+def _concurrency(config: config_mod.Config, resources: Mapping[str, float]) -> int:
+    """Trials at once: as configured, else as many as the cluster's resources hold."""
+    if config.search.concurrency is not None:
+        return config.search.concurrency
+    fits = [resources.get("CPU", 1.0) // config.resources.cpu]
+    if config.resources.gpu > 0:
+        fits.append(resources.get("GPU", 0.0) // config.resources.gpu)
+    return max(1, int(min(fits)))
+
+
+def _check_fits(config: config_mod.Config, nodes: list[dict[str, Any]]) -> None:
+    """A trial asking for more than any node has would pend forever: refuse it now."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    for key, field in (("CPU", "resources.cpu"), ("GPU", "resources.gpu")):
+        want = config.resources.cpu if key == "CPU" else config.resources.gpu
+        if want <= 0:
+            continue
+        most = max((r.get(key, 0.0) for r in alive), default=0.0)
+        if want > most:
+            where = f"the largest Ray node has {most:g}" if most else f"no Ray node has a {key}"
+            raise ConfigError(field, f"no trial could ever start: {where}", want)
+
+
+class _RaySession:
+    """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started."""
+
+    def __init__(self, address: str | None):
+        self.address = address
+        self.started = False
+
+    def __enter__(self):
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if not ray.is_initialized():
+            try:
+                ray.init(
+                    address=self.address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    # Ray's start-up notices are not the user's business; real
+                    # problems surface as errors or in hpsearch.log.
+                    logging_level=logging.ERROR,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ConfigError(
+                    "cluster.address", f"cannot reach the Ray cluster: {exc}", self.address
+                ) from None
+            self.started = True
+        return ray
+
+    def __exit__(self, *exc_info) -> None:
+        if self.started:
+            import ray
+
+            ray.shutdown()
+
+
+def _next_session(tune_dir: Path) -> str:
+    n = 1
+    while (tune_dir / f"session-{n}").exists():
+        n += 1
+    return f"session-{n}"
+
+
+#: Loggers whose records go to hpsearch.log only (Tune prints every trial's traceback).
+_FILE_ONLY_LOGGERS = ("ray.tune", "ray.train")
+
+
+def _attach_log(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "hpsearch.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("hpsearch").addHandler(handler)
+    logging.getLogger("hpsearch").setLevel(logging.INFO)
+    for name in _FILE_ONLY_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+    # The new output engine ignores verbose=0 and prints its own tables.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    return handler
+
+
+def _detach_log(handler: logging.Handler) -> None:
+    logging.getLogger("hpsearch").removeHandler(handler)
+    for name in _FILE_ONLY_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.removeHandler(handler)
+        logger.propagate = True
+    handler.close()
+
+
+def _state_rows(study: Any) -> list[dict[str, Any]]:
+    """The study's finished trials, best first (COMPLETE, then PRUNED, then FAIL)."""
+    from optuna.trial import TrialState
+
+    from hpsearch import keys
+
+    sign = -1.0 if study.direction.name == "MAXIMIZE" else 1.0
+    order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1, TrialState.FAIL: 2}
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state not in order:
+            continue
+        value = t.value
+        if value is None and t.intermediate_values:
+            value = t.intermediate_values[max(t.intermediate_values)]
+        rows.append({
+            "number": t.number,
+            "state": t.state.name,
+            "value": value,
+            "epochs": t.user_attrs.get(keys.ATTR_EPOCHS, len(t.intermediate_values)),
+            "params": t.params,
+            "_key": (order[t.state], sign * value if value is not None else float("inf")),
+        })
+    rows.sort(key=lambda r: r["_key"])
+    return rows
+
+
+def run(
+    source: str | Path | Mapping[str, Any],
+    overrides: Mapping[str, Any] | list[str] | None = None,
+    run_dir: str | Path | None = None,
+    *,
+    emit: Callable[[str], None] | None = print,
+    progress_interval_s: float = 10.0,
+) -> RunResult:
+    """Run (or continue) a search: the Python form of ``python -m hpsearch run``.
+
+    Args:
+        source: Path to a ``space.yaml`` or the same content as a mapping.
+        overrides: ``{"search.n_trials": 3}`` or ``["search.n_trials=3"]``.
+        run_dir: Where results go; default ``runs/<name>/``. An existing run dir with a
+            compatible study is continued: its finished trials count toward
+            ``search.n_trials``.
+        emit: Receives progress lines; ``None`` for silence.
+        progress_interval_s: Least seconds between two status lines.
+
+    Returns:
+        A :class:`RunResult` with the study, the best trial and the run dir.
+
+    Raises:
+        ConfigError: Bad input; nothing was written.
+        RunAborted: Trials cannot run as configured (e.g. the objective is never logged).
+        RunInterrupted: Ctrl-C; finished trials are kept.
+    """
+    out = emit or (lambda line: None)
+    config = config_mod.load(source, overrides)
+    from hpsearch.trainable import resolve
+
+    resolve(config.trainable)
+    run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
+    run_path = run_path.absolute()
+    url = storage_url_for(config, run_path)
+    continuing = _check_existing_study(config, url)
+
+    with _RaySession(config.cluster.address) as ray:
+        _check_fits(config, ray.nodes())
+        concurrency = _concurrency(config, ray.cluster_resources())
+        run_path.mkdir(parents=True, exist_ok=True)
+        handler = _attach_log(run_path)
+        try:
+            return _run_session(config, run_path, url, continuing, concurrency, out,
+                                progress_interval_s)
+        finally:
+            _detach_log(handler)
+
+
+def _run_session(config, run_path: Path, url: str, continuing: bool, concurrency: int,
+                 out: Callable[[str], None], progress_interval_s: float) -> RunResult:
+    import yaml
+    from ray import tune
+
+    from hpsearch.adapters import runner
+    from hpsearch.adapters.ray_progress import ProgressCallback
+    from hpsearch.adapters.ray_scheduler import build_scheduler
+    from hpsearch.adapters.ray_search import AbortStopper, StudyCallback, StudySearcher
+    from hpsearch.adapters.study import StudyRecorder
+
+    (run_path / "space.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    recorder = StudyRecorder(config, url)
+    try:
+        orphans = recorder.fail_orphans(ORPHAN_REASON)
+        done_before = recorder.finished_count()
+        remaining = config.search.n_trials - done_before
+        shown_url = display_url(url, run_path)
+        if continuing and (done_before or orphans):
+            out(f"Continuing study '{config.name}' in {display_path(run_path)}: "
+                f"{done_before} trial(s) already finished"
+                + (f", {len(orphans)} left running by a stopped driver marked FAIL"
+                   if orphans else ""))
+        if remaining <= 0:
+            out(f"The study already has {done_before} finished trial(s) >= search.n_trials "
+                f"({config.search.n_trials}); raise it with --set search.n_trials=N to run more.")
+        else:
+            out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
+                f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
+            out(f"Run dir: {display_path(run_path)}   Study: {shown_url}")
+            log.info("session start: %d trials, concurrency %d", remaining, concurrency)
+            progress = Progress(config.objective.metric, remaining, out, time.monotonic,
+                                progress_interval_s)
+            progress.tally.mode = config.objective.mode
+
+            def ended(number, state, last_result, error):
+                last = last_result or {}
+                value = last.get(config.objective.metric)
+                from hpsearch import keys
+
+                progress.trial_ended(number, state.name, int(last.get(keys.EPOCH, 0)),
+                                     value, error)
+                if error:
+                    log.warning("trial %s failed: %s", number, error)
+
+            study_cb = StudyCallback(recorder, on_end=ended)
+            spec = runner.TrialSpec(
+                trainable=config.trainable,
+                metric=config.objective.metric,
+                max_epochs=config.max_epochs,
+                cpu=config.resources.cpu,
+                gpu=config.resources.gpu,
+            )
+            trainable = tune.with_resources(
+                tune.with_parameters(runner.train, spec=spec),
+                {"cpu": config.resources.cpu, "gpu": config.resources.gpu},
+            )
+            tune_dir = run_path / "tune"
+            tuner = tune.Tuner(
+                trainable,
+                param_space={},
+                tune_config=tune.TuneConfig(
+                    metric=config.objective.metric,
+                    mode=config.objective.mode,
+                    search_alg=StudySearcher(recorder, config.objective.metric,
+                                             config.objective.mode),
+                    scheduler=build_scheduler(config, recorder),
+                    num_samples=remaining,
+                    max_concurrent_trials=concurrency,
+                    reuse_actors=True,
+                ),
+                run_config=tune.RunConfig(
+                    name=_next_session(tune_dir),
+                    storage_path=str(tune_dir),
+                    verbose=0,
+                    log_to_file=True,
+                    stop=AbortStopper(study_cb),
+                    callbacks=[study_cb, ProgressCallback(progress)],
+                    failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                ),
+            )
+            tuner.fit()
+            out(progress.status())
+            leftover = recorder.unfinished()
+            for trial_id in leftover:
+                recorder.fail(trial_id, study_cb.abort_reason and "run aborted"
+                              or INTERRUPTED_REASON)
+            if study_cb.abort_reason:
+                raise RunAborted(study_cb.abort_reason)
+            if leftover:
+                raise RunInterrupted(
+                    f"interrupted: {len(leftover)} unfinished trial(s) marked FAIL; "
+                    f"run the same command again to continue the study")
+        return _summarise(recorder, config, run_path, url, out)
+    finally:
+        recorder.close()
+
+
+def _summarise(recorder, config, run_path: Path, url: str,
+               out: Callable[[str], None]) -> RunResult:
+    study = recorder.study
+    rows = _state_rows(study)
+    best = next((r for r in rows if r["state"] == "COMPLETE"), None)
+    out("")
+    if rows:
+        out(f"Top trials of study '{config.name}' ({len(rows)} finished):")
+        for line in top_table(rows, config.objective.metric, config.space):
+            out("  " + line)
+    if best is not None:
+        out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
+    else:
+        out("No trial completed.")
+    out(f"Results: {display_path(run_path)}/ (space.yaml, tune/, hpsearch.log)")
+    out(f"Dashboard: optuna-dashboard {display_url(url, run_path)}")
+    best_trial = study.best_trial if best is not None else None
+    return RunResult(study=study, best_trial=best_trial, run_dir=run_path, storage_url=url)

@@ -1,0 +1,106 @@
+"""An MLP on scikit-learn's bundled 8x8 digits (1,797 images; no download).
+
+The trainable contract in its smallest real form: ``build(params)`` returns a
+``(LightningModule, LightningDataModule)`` pair and the module logs the objective
+(``val_acc``) in its validation step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+#: The train/validation split is fixed so that every trial is judged on the same images.
+SPLIT_SEED = 1234
+VAL_FRACTION = 0.2
+
+
+class DigitsData(pl.LightningDataModule):
+    """The digits set, standardised with training-set statistics, split 80/20."""
+
+    def __init__(self, batch_size: int = 64):
+        super().__init__()
+        self.batch_size = batch_size
+        self.train_set: TensorDataset | None = None
+        self.val_set: TensorDataset | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        from sklearn.datasets import load_digits
+
+        x_np, y_np = load_digits(return_X_y=True)
+        x = torch.tensor(x_np, dtype=torch.float32)
+        y = torch.tensor(y_np, dtype=torch.long)
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(SPLIT_SEED))
+        n_val = int(len(x) * VAL_FRACTION)
+        val_idx, train_idx = order[:n_val], order[n_val:]
+        mean = x[train_idx].mean(0)
+        std = x[train_idx].std(0).clamp_min(1e-6)
+        x = (x - mean) / std
+        self.train_set = TensorDataset(x[train_idx], y[train_idx])
+        self.val_set = TensorDataset(x[val_idx], y[val_idx])
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=512)
+
+
+class DigitsMLP(pl.LightningModule):
+    """A one- or two-hidden-layer MLP; logs ``val_acc`` and ``val_loss`` each epoch."""
+
+    def __init__(
+        self,
+        lr: float = 1e-2,
+        hidden: int = 64,
+        dropout: float = 0.1,
+        optimizer: str = "adam",
+        layers: int = 1,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        blocks: list[nn.Module] = []
+        width_in = 64
+        for _ in range(layers):
+            blocks += [nn.Linear(width_in, hidden), nn.ReLU(), nn.Dropout(dropout)]
+            width_in = hidden
+        blocks.append(nn.Linear(width_in, 10))
+        self.net = nn.Sequential(*blocks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", nn.functional.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+
+    def configure_optimizers(self):
+        lr = self.hparams.lr
+        if self.hparams.optimizer == "sgd":
+            return torch.optim.SGD(self.parameters(), lr=lr, momentum=0.9)
+        return torch.optim.Adam(self.parameters(), lr=lr)
+
+
+def build(params: dict[str, Any]) -> tuple[DigitsMLP, DigitsData]:
+    """Build the model and data for one trial from its sampled ``params``.
+
+    Keys used: ``lr``, ``hidden``, ``dropout``, ``optimizer``, ``layers`` and
+    ``batch_size``; any of them may be left out of the space (defaults apply).
+    """
+    model_keys = ("lr", "hidden", "dropout", "optimizer", "layers")
+    model = DigitsMLP(**{k: params[k] for k in model_keys if k in params})
+    return model, DigitsData(batch_size=int(params.get("batch_size", 64)))

@@ -1,0 +1,131 @@
+"""What the user sees while a search runs and when it ends (pure formatting).
+
+The Ray adapter feeds a :class:`Tally` and calls :meth:`Progress.tick` often; lines come
+out at most every ``interval_s`` seconds plus one per finished trial, so the output is
+readable in a terminal and in a log file alike.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+
+def format_duration(seconds: float) -> str:
+    """``83.2`` -> ``"0:01:23"``."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+@dataclass
+class Tally:
+    """Counts of this session's trials and the best finished one."""
+
+    mode: str = "max"
+    running: int = 0
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    best_value: float | None = None
+    best_number: int | None = None
+
+    def finished(self, state: str, number: int | None, value: float | None) -> None:
+        """Count a trial that ended in ``state`` (COMPLETE, PRUNED or FAIL)."""
+        if state == "COMPLETE":
+            self.complete += 1
+            if value is not None and self.is_better(value):
+                self.best_value, self.best_number = value, number
+        elif state == "PRUNED":
+            self.pruned += 1
+        else:
+            self.failed += 1
+
+    def is_better(self, value: float) -> bool:
+        if self.best_value is None:
+            return True
+        return value > self.best_value if self.mode == "max" else value < self.best_value
+
+
+@dataclass
+class Progress:
+    """Throttled progress lines.
+
+    Args:
+        metric: The objective's name.
+        n_trials: Trials this session will run.
+        emit: Where lines go (``print`` by default).
+        clock: Seconds, monotonic; injected for tests.
+        interval_s: Least time between two status lines.
+    """
+
+    metric: str
+    n_trials: int
+    emit: Callable[[str], None]
+    clock: Callable[[], float]
+    interval_s: float = 10.0
+    tally: Tally = field(default_factory=Tally)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+        self.last_emit = self.started
+
+    def status(self) -> str:
+        t = self.tally
+        best = "-"
+        if t.best_value is not None:
+            best = f"{format_value(t.best_value)} (trial {t.best_number})"
+        done = t.complete + t.pruned + t.failed
+        return (
+            f"[{format_duration(self.clock() - self.started)}] "
+            f"{done}/{self.n_trials} done: {t.complete} complete, {t.pruned} pruned, "
+            f"{t.failed} failed | {t.running} running | best {self.metric} {best}"
+        )
+
+    def tick(self, running: int) -> None:
+        """Emit a status line if ``interval_s`` has passed since the last one."""
+        self.tally.running = running
+        if self.clock() - self.last_emit >= self.interval_s:
+            self.emit(self.status())
+            self.last_emit = self.clock()
+
+    def trial_ended(self, number: int | None, state: str, epochs: int,
+                    value: float | None, error: str | None = None) -> None:
+        """Emit one line for a finished trial and count it."""
+        self.tally.finished(state, number, value)
+        shown = "-" if value is None else format_value(value)
+        line = f"  trial {number} {state.lower()} after {epochs} epoch(s): {self.metric}={shown}"
+        if error:
+            line += f" | {error}"
+        self.emit(line)
+
+
+def top_table(rows: Sequence[dict[str, Any]], metric: str, params: Iterable[str],
+              limit: int = 5) -> list[str]:
+    """Render the best trials as a fixed-width text table (already sorted best first).
+
+    Each row has ``number``, ``state``, ``value``, ``epochs`` and ``params``.
+    """
+    params = list(params)
+    header = ["trial", "state", metric, "epochs", *params]
+    body = [
+        [
+            str(r["number"]),
+            r["state"],
+            "-" if r["value"] is None else format_value(r["value"]),
+            str(r["epochs"]),
+            *(format_value(r["params"].get(p, "")) for p in params),
+        ]
+        for r in rows[:limit]
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [header, ["-" * w for w in widths], *body]
+    return [fmt.format(*line).rstrip() for line in lines]

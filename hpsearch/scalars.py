@@ -1,0 +1,41 @@
+"""Parsing of numbers from YAML values, shared by the config and the space.
+
+PyYAML reads ``1e-4`` (no dot) as a string: float fields accept such strings on purpose.
+Booleans are never numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hpsearch.errors import ConfigError
+
+
+def parse_float_value(value: Any, path: str) -> float:
+    """Return ``value`` as a finite float; accept numeric strings such as ``"1e-4"``."""
+    if isinstance(value, bool):
+        raise ConfigError(path, "must be a number", value)
+    if isinstance(value, (int, float)):
+        out = float(value)
+    elif isinstance(value, str):
+        try:
+            out = float(value.strip())
+        except ValueError:
+            raise ConfigError(path, "must be a number", value) from None
+    else:
+        raise ConfigError(path, "must be a number", value)
+    if not math.isfinite(out):
+        raise ConfigError(path, "must be a finite number", value)
+    return out
+
+
+def parse_int_value(value: Any, path: str) -> int:
+    """Return ``value`` as an int; floats with an integral value (``4.0``) are accepted."""
+    if isinstance(value, bool):
+        raise ConfigError(path, "must be an integer", value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ConfigError(path, "must be an integer", value)
