@@ -1,0 +1,1 @@
+"""Benchmarks: ratios against peers measured side by side in one run."""

@@ -1,0 +1,807 @@
+"""Unit tests of hpsearch.config: loading, validation, overrides and the key reference.
+
+Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hpsearch.config import (
+    Config,
+    apply_overrides,
+    load,
+    parse_override,
+    read_yaml,
+    reference_keys,
+    validate,
+)
+from hpsearch.errors import EXIT_CONFIG, ConfigError
+from hpsearch.space import CategoricalParam, FloatParam, IntParam
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "search_spaces").glob("*.yaml"))
+
+#: The smallest valid config: required keys only.
+MINIMAL: dict[str, Any] = {
+    "name": "demo",
+    "trainable": "pkg.mod:build",
+    "objective": {"metric": "val_acc"},
+    "max_epochs": 10,
+    "space": {
+        "lr": {"type": "float", "low": 1.0e-4, "high": 0.1, "log": True},
+        "units": {"type": "int", "low": 8, "high": 64},
+        "opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+    },
+}
+
+
+def minimal(**top: Any) -> dict[str, Any]:
+    """A deep copy of MINIMAL with top-level keys replaced."""
+    raw = copy.deepcopy(MINIMAL)
+    raw.update(top)
+    return raw
+
+
+def with_set(**dotted: Any) -> dict[str, Any]:
+    """MINIMAL with ``{"a.b": v}`` overrides applied (keys use '__' for '.')."""
+    return apply_overrides(MINIMAL, {k.replace("__", "."): v for k, v in dotted.items()})
+
+
+def without(path: str) -> dict[str, Any]:
+    """MINIMAL with the dotted key ``path`` removed."""
+    raw = copy.deepcopy(MINIMAL)
+    node = raw
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node[part]
+    del node[parts[-1]]
+    return raw
+
+
+def config_error(raw: Any) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        validate(raw)
+    return info.value
+
+
+def assert_names(err: ConfigError, field: str, *fragments: str) -> None:
+    """The error names ``field`` (as its field and in its text) and every fragment."""
+    text = str(err)
+    assert err.field == field, text
+    assert text.startswith(f"{field}: "), text
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in {text!r}"
+    assert err.exit_code == EXIT_CONFIG
+
+
+def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def leaf_paths(data: dict[str, Any], prefix: str = "") -> set[str]:
+    """Dotted paths of the leaves of ``data``; ``space`` counts as one leaf."""
+    out: set[str] = set()
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and path != "space":
+            out |= leaf_paths(value, path + ".")
+        else:
+            out.add(path)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Valid input.
+
+
+def test_examples_exist():
+    assert EXAMPLES, "search_spaces/*.yaml has no examples"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_validates(path):
+    config = load(path)
+    assert isinstance(config, Config)
+    assert len(config.space) >= 1
+    assert config.name
+    assert ":" in config.trainable
+
+
+def test_digits_example_values():
+    config = load(REPO / "search_spaces" / "digits_mlp.yaml")
+    assert config.name == "digits-mlp"
+    assert config.objective.metric == "val_acc"
+    assert config.space["lr"] == FloatParam(1.0e-4, 0.3, log=True)
+    assert config.space["hidden"] == IntParam(16, 256, log=True)
+    assert config.space["dropout"] == FloatParam(0.0, 0.5, step=0.05)
+    assert config.space["batch_size"] == CategoricalParam((32, 64, 128))
+    assert config.search.concurrency == 2
+    assert config.resources.cpu == 1.0 and isinstance(config.resources.cpu, float)
+
+
+def test_defaults_are_filled_in():
+    config = validate(MINIMAL)
+    assert config.objective.mode == "max"
+    assert config.search.sampler == "tpe"
+    assert config.search.n_trials == 16
+    assert config.search.concurrency is None
+    assert config.search.seed == 0
+    assert config.search.max_failures == 0
+    assert config.resources.cpu == 1.0
+    assert config.resources.gpu == 0.0
+    assert config.pruning.policy == "none"
+    assert config.pruning.min_epochs == 1
+    assert config.pruning.reduction_factor == 3.0
+    assert config.pruning.startup_trials == 5
+    assert config.storage is None
+    assert config.cluster.address is None
+    assert list(config.space) == ["lr", "units", "opt"]
+    assert config.space["units"] == IntParam(8, 64)
+
+
+def test_null_sections_get_defaults():
+    config = validate(minimal(search=None, resources=None, pruning=None, cluster=None))
+    assert config == validate(MINIMAL)
+
+
+def test_reference_defaults_match_a_minimal_config():
+    plain = validate(MINIMAL).to_dict()
+    for key, default, _doc in reference_keys():
+        if default == "required":
+            continue
+        node: Any = plain
+        for part in key.split("."):
+            node = node[part]
+        shown = "null" if node is None else str(node)
+        assert shown == default, key
+
+
+def test_validate_does_not_mutate_input():
+    raw = copy.deepcopy(MINIMAL)
+    validate(raw)
+    assert raw == MINIMAL
+
+
+def test_config_is_immutable():
+    config = validate(MINIMAL)
+    with pytest.raises(Exception):
+        config.name = "other"  # type: ignore[misc]
+    with pytest.raises(Exception):
+        config.search.n_trials = 3  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------
+# Unknown and missing keys.
+
+
+def test_unknown_top_level_key_suggests_the_close_one():
+    err = config_error(minimal(serach={"n_trials": 3}))
+    assert_names(err, "serach", "unknown key", "did you mean 'search'?")
+
+
+def test_unknown_key_without_a_close_match_lists_known_keys():
+    err = config_error(minimal(zzzqqq=1))
+    assert_names(err, "zzzqqq", "unknown key", "known keys:", "trainable", "space")
+
+
+def test_unknown_nested_key():
+    err = config_error(with_set(search__n_trails=3))
+    assert_names(err, "search.n_trails", "unknown key", "did you mean 'n_trials'?")
+
+
+def test_unknown_key_inside_a_param():
+    raw = with_set(space__lr__lo=0.1)
+    err = config_error(raw)
+    assert_names(err, "space.lr.lo", "unknown key", "low", "high")
+
+
+@pytest.mark.parametrize("path", ["name", "trainable", "objective", "max_epochs", "space"])
+def test_missing_required_top_level_key(path):
+    assert_names(config_error(without(path)), path, "is required")
+
+
+def test_missing_objective_metric():
+    raw = minimal(objective={"mode": "min"})
+    assert_names(config_error(raw), "objective.metric", "is required")
+
+
+@pytest.mark.parametrize("key", ["low", "high"])
+def test_missing_param_bound(key):
+    raw = copy.deepcopy(MINIMAL)
+    del raw["space"]["units"][key]
+    assert_names(config_error(raw), f"space.units.{key}", "is required")
+
+
+def test_missing_choices():
+    raw = with_set(**{"space__opt": {"type": "categorical"}})
+    assert_names(config_error(raw), "space.opt.choices", "is required")
+
+
+# ---------------------------------------------------------------------------------------
+# Bad values: every error names the dotted path and shows the bad value.
+
+BAD_VALUES = [
+    # (id, overrides applied to MINIMAL, field, fragments of the message)
+    ("float-low-gt-high", {"space.lr": {"type": "float", "low": 0.5, "high": 0.1}},
+     "space.lr.low", ["must be <= high (0.1)", "(got 0.5)"]),
+    ("int-low-gt-high", {"space.units": {"type": "int", "low": 65, "high": 64}},
+     "space.units.low", ["must be <= high (64)", "(got 65)"]),
+    ("log-low-zero", {"space.lr.low": 0.0}, "space.lr.low", ["log: true", "(got 0.0)"]),
+    ("log-low-negative", {"space.lr.low": -1.0}, "space.lr.low", ["log: true", "(got -1.0)"]),
+    ("int-log-low-zero", {"space.units": {"type": "int", "low": 0, "high": 8, "log": True}},
+     "space.units.low", ["log: true", "(got 0)"]),
+    ("empty-choices", {"space.opt.choices": []}, "space.opt.choices",
+     ["non-empty list", "(got [])"]),
+    ("choices-not-a-list", {"space.opt.choices": "adam"}, "space.opt.choices",
+     ["non-empty list", "(got 'adam')"]),
+    ("duplicate-choice", {"space.opt.choices": ["adam", "sgd", "adam"]},
+     "space.opt.choices[2]", ["duplicate", "(got 'adam')"]),
+    ("duplicate-int-choice", {"space.opt.choices": [1, 2, 1]},
+     "space.opt.choices[2]", ["duplicate", "(got 1)"]),
+    ("list-choice", {"space.opt.choices": ["adam", [1, 2]]}, "space.opt.choices[1]",
+     ["string, number, bool or null", "(got [1, 2])"]),
+    ("dict-choice", {"space.opt.choices": [{"a": 1}]}, "space.opt.choices[0]",
+     ["string, number, bool or null", "(got {'a': 1})"]),
+    ("float-step-not-dividing",
+     {"space.lr": {"type": "float", "low": 0.0, "high": 1.0, "step": 0.3}},
+     "space.lr.step", ["must divide high - low (1)", "(got 0.3)"]),
+    ("int-step-not-dividing", {"space.units.step": 5}, "space.units.step",
+     ["must divide high - low (56)", "(got 5)"]),
+    ("float-step-with-log", {"space.lr.step": 0.1}, "space.lr.step",
+     ["cannot be combined with log", "(got 0.1)"]),
+    ("int-step-with-log",
+     {"space.units": {"type": "int", "low": 2, "high": 64, "log": True, "step": 2}},
+     "space.units.step", ["cannot be combined with log", "(got 2)"]),
+    ("float-step-zero", {"space.lr": {"type": "float", "low": 0.0, "high": 1.0, "step": 0.0}},
+     "space.lr.step", ["must be > 0", "(got 0.0)"]),
+    ("float-step-negative",
+     {"space.lr": {"type": "float", "low": 0.0, "high": 1.0, "step": -0.5}},
+     "space.lr.step", ["must be > 0", "(got -0.5)"]),
+    ("int-step-zero", {"space.units.step": 0}, "space.units.step", ["must be > 0", "(got 0)"]),
+    ("float-step-too-fine",
+     {"space.lr": {"type": "float", "low": 0.0, "high": 1.0, "step": 1.0e-6}},
+     "space.lr.step", ["more than 100000 values", "(got 1e-06)"]),
+    ("int-low-fractional", {"space.units.low": 2.5}, "space.units.low",
+     ["must be an integer", "(got 2.5)"]),
+    ("int-step-fractional", {"space.units.step": 0.5}, "space.units.step",
+     ["must be an integer", "(got 0.5)"]),
+    ("max-epochs-fractional", {"max_epochs": 2.5}, "max_epochs",
+     ["must be an integer", "(got 2.5)"]),
+    ("n-trials-fractional", {"search.n_trials": 2.5}, "search.n_trials",
+     ["must be an integer", "(got 2.5)"]),
+    ("n-trials-zero", {"search.n_trials": 0}, "search.n_trials", [">= 1", "(got 0)"]),
+    ("concurrency-zero", {"search.concurrency": 0}, "search.concurrency", [">= 1", "(got 0)"]),
+    ("seed-negative", {"search.seed": -1}, "search.seed", [">= 0", "(got -1)"]),
+    ("max-epochs-bool", {"max_epochs": True}, "max_epochs",
+     ["must be an integer", "(got True)"]),
+    ("seed-bool", {"search.seed": False}, "search.seed", ["must be an integer", "(got False)"]),
+    ("float-low-bool", {"space.lr.low": True}, "space.lr.low", ["must be a number", "(got True)"]),
+    ("int-high-bool", {"space.units.high": True}, "space.units.high",
+     ["must be an integer", "(got True)"]),
+    ("cpu-bool", {"resources.cpu": True}, "resources.cpu", ["must be a number", "(got True)"]),
+    ("gpu-bool", {"resources.gpu": False}, "resources.gpu", ["must be a number", "(got False)"]),
+    ("log-not-bool", {"space.lr.log": "yes"}, "space.lr.log",
+     ["true or false", "(got 'yes')"]),
+    ("float-low-word", {"space.lr.low": "small"}, "space.lr.low",
+     ["must be a number", "(got 'small')"]),
+    ("float-low-list", {"space.lr.low": [0.1]}, "space.lr.low",
+     ["must be a number", "(got [0.1])"]),
+    ("int-high-string", {"space.units.high": "64"}, "space.units.high",
+     ["must be an integer", "(got '64')"]),
+    ("float-low-inf", {"space.lr": {"type": "float", "low": -math.inf, "high": 1.0}},
+     "space.lr.low", ["finite", "(got -inf)"]),
+    ("float-high-inf", {"space.lr.high": math.inf}, "space.lr.high", ["finite", "(got inf)"]),
+    ("float-high-nan", {"space.lr.high": math.nan}, "space.lr.high", ["finite", "(got nan)"]),
+    ("float-high-inf-string", {"space.lr.high": "inf"}, "space.lr.high",
+     ["finite", "(got 'inf')"]),
+    ("cpu-inf", {"resources.cpu": math.inf}, "resources.cpu", ["finite", "(got inf)"]),
+    ("reduction-nan", {"pruning.reduction_factor": math.nan}, "pruning.reduction_factor",
+     ["finite", "(got nan)"]),
+    ("float-range-overflows",
+     {"space.lr": {"type": "float", "low": -1.0e308, "high": 1.0e308}},
+     "space.lr.high", ["too large", "(got 1e+308)"]),
+    ("param-type-unknown", {"space.lr.type": "double"}, "space.lr.type",
+     ["float, int or categorical", "(got 'double')"]),
+    ("param-type-missing", {"space.lr": {"low": 0.1, "high": 0.2}}, "space.lr.type",
+     ["float, int or categorical", "(got None)"]),
+    ("param-not-a-mapping", {"space.lr": 0.1}, "space.lr", ["'type'", "(got 0.1)"]),
+    ("space-empty", {"space": {}}, "space", ["non-empty mapping", "(got {})"]),
+    ("space-a-list", {"space": ["lr"]}, "space", ["non-empty mapping", "(got ['lr'])"]),
+    ("reserved-param-prefix", {"space.hps_lr": {"type": "float", "low": 0.1, "high": 0.2}},
+     "space.hps_lr", ["'hps_'", "reserved"]),
+    ("name-with-slash", {"name": "a/b"}, "name", ["letters, digits", "(got 'a/b')"]),
+    ("name-empty", {"name": ""}, "name", ["non-empty string", "(got '')"]),
+    ("name-starts-with-dot", {"name": ".hidden"}, "name", ["(got '.hidden')"]),
+    ("name-not-a-string", {"name": 42}, "name", ["non-empty string", "(got 42)"]),
+    ("trainable-without-colon", {"trainable": "pkg.mod.build"}, "trainable",
+     ["package.module:function", "(got 'pkg.mod.build')"]),
+    ("trainable-two-colons", {"trainable": "pkg:mod:build"}, "trainable",
+     ["package.module:function", "(got 'pkg:mod:build')"]),
+    ("trainable-path-syntax", {"trainable": "pkg/mod.py:build"}, "trainable",
+     ["(got 'pkg/mod.py:build')"]),
+    ("mode-unknown", {"objective.mode": "maximize"}, "objective.mode",
+     ["one of max, min", "(got 'maximize')"]),
+    ("metric-empty", {"objective.metric": "  "}, "objective.metric",
+     ["non-empty string", "(got '  ')"]),
+    ("sampler-unknown", {"search.sampler": "grid"}, "search.sampler",
+     ["one of tpe, random", "(got 'grid')"]),
+    ("policy-unknown", {"pruning.policy": "hyperband"}, "pruning.policy",
+     ["one of none, asha, median", "(got 'hyperband')"]),
+    ("min-epochs-equal-max", {"pruning.policy": "asha", "pruning.min_epochs": 10},
+     "pruning.min_epochs", ["< max_epochs (10)", "(got 10)"]),
+    ("min-epochs-above-max", {"pruning.policy": "median", "pruning.min_epochs": 11},
+     "pruning.min_epochs", ["< max_epochs (10)", "(got 11)"]),
+    ("min-epochs-zero", {"pruning.min_epochs": 0}, "pruning.min_epochs", [">= 1", "(got 0)"]),
+    ("reduction-factor-one", {"pruning.reduction_factor": 1}, "pruning.reduction_factor",
+     ["> 1", "(got 1)"]),
+    ("gpu-one-and-a-half", {"resources.gpu": 1.5}, "resources.gpu",
+     ["fraction <= 1 or a whole number", "(got 1.5)"]),
+    ("gpu-negative", {"resources.gpu": -0.5}, "resources.gpu", [">= 0", "(got -0.5)"]),
+    ("cpu-zero", {"resources.cpu": 0}, "resources.cpu", ["must be > 0", "(got 0)"]),
+    ("cpu-negative", {"resources.cpu": -1}, "resources.cpu", ["must be > 0", "(got -1)"]),
+    ("storage-not-a-url", {"storage": "optuna.db"}, "storage",
+     ["storage URL", "(got 'optuna.db')"]),
+    ("storage-not-a-string", {"storage": 5}, "storage", ["non-empty string", "(got 5)"]),
+    ("address-not-a-string", {"cluster.address": 6379}, "cluster.address",
+     ["non-empty string", "(got 6379)"]),
+    ("section-not-a-mapping", {"search": 3}, "search", ["mapping", "(got 3)"]),
+    ("section-a-list", {"resources": [1]}, "resources", ["mapping", "(got [1])"]),
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, field, fragments",
+    [case[1:] for case in BAD_VALUES],
+    ids=[case[0] for case in BAD_VALUES],
+)
+def test_bad_value_names_field_and_value(overrides, field, fragments):
+    raw = apply_overrides(MINIMAL, overrides)
+    err = config_error(raw)
+    assert_names(err, field, *fragments)
+
+
+def test_top_level_not_a_mapping():
+    err = config_error(["name", "demo"])
+    assert "must be a mapping" in str(err)
+    assert "['name', 'demo']" in str(err)
+
+
+@pytest.mark.parametrize("value", [[], 0, False, ""], ids=["list", "zero", "false", "empty"])
+def test_falsy_non_mapping_section_is_rejected(value):
+    # `search: []` (or 0, false, "") is not a mapping; it must not silently mean defaults
+    # (only `search:` / null may). BUG: `raw[name] or {}` in config._build accepts them.
+    err = config_error(minimal(search=value))
+    assert_names(err, "search", "mapping", f"(got {value!r})")
+
+
+def test_name_with_trailing_newline_is_rejected():
+    # The name becomes the run dir `runs/<name>/` and the study name; a newline must not
+    # slip through. BUG: _NAME_RE ends with `$`, which also matches before a final "\n".
+    err = config_error(minimal(name="demo\n"))
+    assert_names(err, "name", "(got 'demo\\n')")
+
+
+# ---------------------------------------------------------------------------------------
+# Accepted edge values.
+
+
+@pytest.mark.parametrize("gpu", [0, 0.25, 0.5, 1, 2, 2.0, 8])
+def test_gpu_fractions_and_whole_numbers_accepted(gpu):
+    config = validate(with_set(resources__gpu=gpu))
+    assert config.resources.gpu == float(gpu)
+    assert isinstance(config.resources.gpu, float)
+
+
+@pytest.mark.parametrize("cpu", [0.5, 1, 4])
+def test_cpu_positive_accepted(cpu):
+    assert validate(with_set(resources__cpu=cpu)).resources.cpu == float(cpu)
+
+
+def test_min_epochs_may_reach_max_epochs_without_pruning():
+    config = validate(with_set(pruning__min_epochs=50))
+    assert config.pruning.policy == "none"
+    assert config.pruning.min_epochs == 50
+
+
+def test_min_epochs_below_max_epochs_with_pruning():
+    config = validate(with_set(pruning__policy="asha", pruning__min_epochs=9))
+    assert config.pruning.min_epochs == 9
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///runs/x/optuna.db", "postgresql://u:p@host:5432/db",
+            "mysql+pymysql://u@h/db"],
+)
+def test_storage_urls_accepted(url):
+    assert validate(minimal(storage=url)).storage == url
+
+
+@pytest.mark.parametrize("address", [None, "auto", "ray://head:10001"])
+def test_cluster_addresses_accepted(address):
+    assert validate(with_set(cluster__address=address)).cluster.address == address
+
+
+@pytest.mark.parametrize("name", ["digits-mlp", "a", "run_1.v2", "9lives"])
+def test_names_accepted(name):
+    assert validate(minimal(name=name)).name == name
+
+
+def test_integral_float_accepted_for_int_fields():
+    config = validate(with_set(max_epochs=12.0, space__units__low=8.0))
+    assert config.max_epochs == 12 and type(config.max_epochs) is int
+    assert config.space["units"].low == 8 and type(config.space["units"].low) is int
+
+
+def test_int_bounds_accepted_for_float_params():
+    config = validate(with_set(space__lr={"type": "float", "low": 0, "high": 1}))
+    assert config.space["lr"] == FloatParam(0.0, 1.0)
+    assert type(config.space["lr"].low) is float
+
+
+def test_equal_bounds_accepted():
+    config = validate(with_set(space__units={"type": "int", "low": 5, "high": 5}))
+    assert config.space["units"] == IntParam(5, 5)
+
+
+def test_steps_that_divide_accepted():
+    config = validate(with_set(
+        space__lr={"type": "float", "low": 0.1, "high": 0.7, "step": 0.2},
+        space__units={"type": "int", "low": 8, "high": 64, "step": 8},
+    ))
+    assert config.space["lr"] == FloatParam(0.1, 0.7, step=0.2)
+    assert config.space["units"] == IntParam(8, 64, step=8)
+
+
+def test_int_log_with_step_one_accepted():
+    config = validate(with_set(space__units__log=True, space__units__step=1))
+    assert config.space["units"] == IntParam(8, 64, log=True, step=1)
+
+
+def test_bool_and_int_choices_are_distinct():
+    config = validate(with_set(space__opt__choices=[1, True, 1.0, None, "1"]))
+    assert config.space["opt"].choices == (1, True, 1.0, None, "1")
+
+
+# ---------------------------------------------------------------------------------------
+# Numbers written as YAML text: PyYAML reads `1e-4` (no dot) as a string.
+
+
+SCIENTIFIC = """\
+name: sci
+trainable: pkg.mod:build
+objective: {metric: loss, mode: min}
+max_epochs: 5
+space:
+  lr: {type: float, low: 1e-4, high: 1e-1, log: true}
+resources: {cpu: 5e-1}
+"""
+
+
+def test_yaml_reads_exponent_without_dot_as_string(tmp_path):
+    raw = read_yaml(write(tmp_path, SCIENTIFIC))
+    assert raw["space"]["lr"]["low"] == "1e-4"  # the premise of the rule
+
+
+def test_exponent_string_accepted_for_float_fields(tmp_path):
+    config = load(write(tmp_path, SCIENTIFIC))
+    lr = config.space["lr"]
+    assert lr == FloatParam(1.0e-4, 0.1, log=True)
+    assert type(lr.low) is float and type(lr.high) is float
+    assert config.resources.cpu == 0.5
+
+
+def test_exponent_string_rejected_for_int_bounds(tmp_path):
+    text = SCIENTIFIC.replace(
+        "lr: {type: float, low: 1e-4, high: 1e-1, log: true}",
+        "units: {type: int, low: 1e2, high: 200}",
+    )
+    path = write(tmp_path, text)
+    assert read_yaml(path)["space"]["units"]["low"] == "1e2"
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert_names(info.value, "space.units.low", "must be an integer", "(got '1e2')")
+
+
+def test_exponent_string_rejected_for_int_field(tmp_path):
+    path = write(tmp_path, SCIENTIFIC.replace("max_epochs: 5", "max_epochs: 1e1"))
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert_names(info.value, "max_epochs", "must be an integer", "(got '1e1')")
+
+
+@pytest.mark.parametrize("literal, shown", [(".inf", "inf"), ("-.inf", "-inf"),
+                                            (".nan", "nan"), ("'nan'", "'nan'")])
+def test_non_finite_yaml_floats_rejected(tmp_path, literal, shown):
+    path = write(tmp_path, SCIENTIFIC.replace("high: 1e-1", f"high: {literal}"))
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert_names(info.value, "space.lr.high", "finite number", f"(got {shown})")
+
+
+# ---------------------------------------------------------------------------------------
+# Overrides.
+
+
+@pytest.mark.parametrize(
+    "text, key, value",
+    [
+        ("search.n_trials=3", "search.n_trials", 3),
+        ("cluster.address=auto", "cluster.address", "auto"),
+        ("space.lr.high=0.5", "space.lr.high", 0.5),
+        ("space.lr.low=1e-4", "space.lr.low", "1e-4"),
+        ("space.lr.log=true", "space.lr.log", True),
+        ("search.concurrency=null", "search.concurrency", None),
+        ("search.concurrency=", "search.concurrency", None),
+        ("space.opt.choices=[a, b, 3]", "space.opt.choices", ["a", "b", 3]),
+        ("objective={metric: loss, mode: min}", "objective", {"metric": "loss", "mode": "min"}),
+        (" search.seed = 7 ", "search.seed", 7),
+        ("storage=sqlite:///a=b.db", "storage", "sqlite:///a=b.db"),
+        ("name='42'", "name", "42"),
+    ],
+)
+def test_parse_override_types_like_yaml(text, key, value):
+    got_key, got_value = parse_override(text)
+    assert got_key == key
+    assert got_value == value
+    assert type(got_value) is type(value)
+
+
+@pytest.mark.parametrize("text", ["search.n_trials", "=3", "a..b=1", ".a=1", "a.=1", ""])
+def test_malformed_override_rejected(text):
+    with pytest.raises(ConfigError) as info:
+        parse_override(text)
+    assert_names(info.value, "--set", "dotted.key=value", f"(got {text!r})")
+
+
+def test_override_with_invalid_yaml_value():
+    with pytest.raises(ConfigError) as info:
+        parse_override("space.opt.choices=[a, b")
+    assert_names(info.value, "space.opt.choices", "not valid YAML", "(got '[a, b')")
+
+
+def test_overrides_applied_from_strings():
+    config = load(MINIMAL, ["search.n_trials=3", "cluster.address=auto",
+                            "space.lr.high=0.5", "objective.mode=min"])
+    assert config.search.n_trials == 3
+    assert config.cluster.address == "auto"
+    assert config.space["lr"].high == 0.5
+    assert config.objective.mode == "min"
+
+
+def test_overrides_applied_from_mapping():
+    config = load(MINIMAL, {"search.n_trials": 4, "space.units.high": 128})
+    assert config.search.n_trials == 4
+    assert config.space["units"].high == 128
+
+
+def test_later_override_wins():
+    config = load(MINIMAL, ["search.n_trials=3", "search.n_trials=5"])
+    assert config.search.n_trials == 5
+
+
+def test_override_on_a_file(tmp_path):
+    path = REPO / "search_spaces" / "digits_mlp.yaml"
+    config = load(path, ["search.n_trials=3", "space.lr.high=0.5"])
+    assert config.search.n_trials == 3
+    assert config.space["lr"].high == 0.5
+    assert config.space["lr"].low == load(path).space["lr"].low
+
+
+def test_override_creates_missing_section():
+    assert "search" not in MINIMAL
+    raw = apply_overrides(MINIMAL, ["search.n_trials=3"])
+    assert raw["search"] == {"n_trials": 3}
+    assert validate(raw).search.n_trials == 3
+
+
+def test_override_fills_null_section():
+    raw = apply_overrides(minimal(search=None), ["search.seed=9"])
+    assert raw["search"] == {"seed": 9}
+
+
+def test_override_creates_nested_param():
+    raw = apply_overrides(MINIMAL, ["space.wd.type=float", "space.wd.low=0",
+                                    "space.wd.high=0.1"])
+    assert validate(raw).space["wd"] == FloatParam(0.0, 0.1)
+
+
+def test_override_into_a_scalar_names_the_path():
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(MINIMAL, ["name.first=3"])
+    assert_names(info.value, "name", "not a mapping", "'name.first'", "(got 'demo')")
+
+
+def test_override_below_a_scalar_deep_names_the_path():
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(MINIMAL, {"space.lr.low.x": 1})
+    assert_names(info.value, "space.lr.low", "not a mapping", "(got 0.0001)")
+
+
+def test_override_into_a_list_names_the_path():
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(MINIMAL, ["space.opt.choices.first=x"])
+    assert_names(info.value, "space.opt.choices", "not a mapping", "(got ['adam', 'sgd'])")
+
+
+def test_overrides_do_not_mutate_the_source():
+    raw = copy.deepcopy(MINIMAL)
+    out = apply_overrides(raw, ["space.lr.high=0.5", "search.n_trials=3"])
+    assert raw == MINIMAL
+    assert out["space"]["lr"]["high"] == 0.5
+
+
+def test_no_overrides_returns_an_equal_copy():
+    out = apply_overrides(MINIMAL, None)
+    assert out == MINIMAL and out is not MINIMAL
+    assert apply_overrides(MINIMAL, []) == MINIMAL
+
+
+def test_bad_override_value_is_validated():
+    with pytest.raises(ConfigError) as info:
+        load(MINIMAL, ["search.n_trials=abc"])
+    assert_names(info.value, "search.n_trials", "must be an integer", "(got 'abc')")
+
+
+def test_unknown_override_key_is_rejected():
+    with pytest.raises(ConfigError) as info:
+        load(MINIMAL, ["search.n_trails=3"])
+    assert_names(info.value, "search.n_trails", "did you mean 'n_trials'?")
+
+
+# ---------------------------------------------------------------------------------------
+# Reading files.
+
+
+def test_read_yaml_returns_the_mapping(tmp_path):
+    raw = read_yaml(write(tmp_path, "name: x\nmax_epochs: 3\n"))
+    assert raw == {"name": "x", "max_epochs": 3}
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    text = "name: x\ntrainable: a:b\nspace: {lr: {type: float, low: 1, high: 2}\nmax_epochs: 3\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        read_yaml(path)
+    message = str(info.value)
+    assert "malformed YAML" in message
+    assert "line 4" in message
+    assert str(path) in message
+
+
+def test_malformed_yaml_bad_indent_names_the_line(tmp_path):
+    path = write(tmp_path, "name: x\nmax_epochs: 3\n  trainable: a:b\n")
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert "line 3" in str(info.value)
+
+
+def test_tab_indented_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "name: x\nspace:\n\tlr: 1\n")
+    with pytest.raises(ConfigError) as info:
+        read_yaml(path)
+    assert "line 3" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_empty_file_rejected(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        read_yaml(path)
+    assert "is empty" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("text, shown", [("- name\n- demo\n", "['name', 'demo']"),
+                                         ("just text\n", "'just text'"),
+                                         ("42\n", "42")])
+def test_top_level_must_be_a_mapping(tmp_path, text, shown):
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    assert "top level must be a mapping" in str(info.value)
+    assert f"(got {shown})" in str(info.value)
+
+
+def test_missing_file_rejected(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        load(missing)
+    assert "file not found" in str(info.value)
+    assert str(missing) in str(info.value)
+
+
+def test_directory_instead_of_file_rejected(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        read_yaml(tmp_path)
+    assert "cannot read file" in str(info.value)
+
+
+def test_load_accepts_str_path(tmp_path):
+    path = write(tmp_path, yaml.safe_dump(MINIMAL))
+    assert load(str(path)) == validate(MINIMAL)
+
+
+# ---------------------------------------------------------------------------------------
+# Round trip and the key reference.
+
+
+RICH = minimal(
+    objective={"metric": "val_loss", "mode": "min"},
+    space={
+        "lr": {"type": "float", "low": "1e-5", "high": 0.1, "log": True},
+        "dropout": {"type": "float", "low": 0.0, "high": 0.5, "step": 0.05},
+        "units": {"type": "int", "low": 8, "high": 512, "log": True},
+        "layers": {"type": "int", "low": 1, "high": 9, "step": 2},
+        "act": {"type": "categorical", "choices": ["relu", 1, True, 2.5, None]},
+    },
+    search={"sampler": "random", "n_trials": 7, "concurrency": 3, "seed": 11,
+            "max_failures": 2},
+    resources={"cpu": 0.5, "gpu": 0.25},
+    pruning={"policy": "median", "min_epochs": 3, "reduction_factor": 2,
+             "startup_trials": 1},
+    storage="sqlite:///elsewhere/study.db",
+    cluster={"address": "auto"},
+)
+
+
+@pytest.mark.parametrize(
+    "source", [MINIMAL, RICH, *EXAMPLES],
+    ids=["minimal", "rich", *(p.name for p in EXAMPLES)],
+)
+def test_to_dict_round_trips(source):
+    config = load(source)
+    plain = config.to_dict()
+    assert validate(plain) == config
+    # ... and through YAML text, as `validate` prints it.
+    assert validate(yaml.safe_load(yaml.safe_dump(plain, sort_keys=False))) == config
+
+
+def test_to_dict_is_plain_data():
+    plain = validate(RICH).to_dict()
+    assert yaml.safe_load(yaml.safe_dump(plain)) == plain
+    assert plain["space"]["act"] == {"type": "categorical",
+                                     "choices": ["relu", 1, True, 2.5, None]}
+    assert plain["space"]["layers"] == {"type": "int", "low": 1, "high": 9, "step": 2}
+    assert plain["space"]["units"] == {"type": "int", "low": 8, "high": 512, "log": True}
+    assert plain["space"]["lr"]["low"] == 1e-5
+
+
+def test_reference_keys_cover_every_leaf():
+    documented = [key for key, _default, _doc in reference_keys()]
+    assert len(documented) == len(set(documented)), "a key is declared twice"
+    for source in (MINIMAL, RICH):
+        leaves = leaf_paths(validate(source).to_dict())
+        assert leaves == set(documented)
+
+
+def test_reference_keys_are_in_declaration_order():
+    keys = [key for key, _default, _doc in reference_keys()]
+    assert keys[:6] == ["name", "trainable", "objective.metric", "objective.mode",
+                        "max_epochs", "space"]
+    assert keys[-1] == "cluster.address"
+
+
+def test_reference_keys_have_meanings_and_defaults():
+    for key, default, doc in reference_keys():
+        assert doc.strip(), key
+        assert default, key
+    required = {key for key, default, _doc in reference_keys() if default == "required"}
+    assert required == {"name", "trainable", "objective.metric", "max_epochs", "space"}
+
+
+def test_readme_documents_every_key():
+    readme = REPO / "README.md"
+    if not readme.is_file():
+        pytest.fail("README.md does not exist, so it documents none of the config keys")
+    text = readme.read_text(encoding="utf-8")
+    missing = [key for key, _d, _m in reference_keys() if f"`{key}`" not in text]
+    assert not missing, f"README.md lacks these keys: {missing}"
+

@@ -1,0 +1,141 @@
+"""Pure modules and ``--help`` import none of Ray, torch, Lightning or Optuna.
+
+Each check runs in a fresh interpreter, so what this test session imported does not count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("ray", "torch", "pytorch_lightning", "lightning", "optuna")
+PURE_MODULES = [
+    "hpsearch",
+    "hpsearch.config",
+    "hpsearch.space",
+    "hpsearch.scalars",
+    "hpsearch.errors",
+    "hpsearch.keys",
+    "hpsearch.decisions",
+    "hpsearch.progress",
+    "hpsearch.cli",
+    "hpsearch.trainable",
+]
+MARKER = "@@hpsearch-test-result@@"
+
+#: Reports the heavy top-level packages in sys.modules after ``body`` ran.
+PROBE = """
+import json, sys
+HEAVY = {heavy!r}
+result = {{}}
+{body}
+result["heavy"] = sorted({{m.split(".")[0] for m in sys.modules}} & set(HEAVY))
+print({marker!r} + json.dumps(result))
+"""
+
+
+def env() -> dict[str, str]:
+    out = dict(os.environ)
+    out["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+    return out
+
+
+def run_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env(), capture_output=True,
+                          text=True, timeout=120)
+
+
+def probe(body: str, cwd: Path) -> tuple[dict, subprocess.CompletedProcess]:
+    code = PROBE.format(heavy=HEAVY, body=body, marker=MARKER)
+    proc = run_python(["-c", code], cwd)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0][len(MARKER):]), proc
+
+
+def test_probe_detects_heavy_imports(tmp_path):
+    # The probe itself must be able to fail: importing Optuna is reported.
+    result, _ = probe("import optuna", tmp_path)
+    assert result["heavy"] == ["optuna"]
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_pure_module_imports_no_heavy_library(module, tmp_path):
+    result, _ = probe(
+        f"import importlib\nm = importlib.import_module({module!r})\n"
+        "result['file'] = m.__file__",
+        tmp_path,
+    )
+    assert result["heavy"] == [], f"importing {module} loaded {result['heavy']}"
+    assert Path(result["file"]).resolve().is_relative_to(REPO)
+
+
+HELP_ARGV = [["--help"], ["run", "--help"], ["validate", "--help"]]
+
+
+@pytest.mark.parametrize("argv", HELP_ARGV, ids=" ".join)
+def test_module_help_exits_zero_with_usage(argv, tmp_path):
+    proc = run_python(["-m", "hpsearch", *argv], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: python -m hpsearch")
+    assert proc.stderr == ""
+    assert "Traceback" not in proc.stdout
+    if argv[0] == "run":
+        assert "--run-dir" in proc.stdout and "--set" in proc.stdout
+    if argv[0] == "validate":
+        assert "--no-import" in proc.stdout
+    if argv == ["--help"]:
+        assert "run" in proc.stdout and "validate" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", HELP_ARGV, ids=" ".join)
+def test_help_imports_no_heavy_library(argv, tmp_path):
+    result, proc = probe(
+        "from hpsearch.cli import main\n"
+        "try:\n"
+        f"    result['returned'] = main({argv!r})\n"
+        "except SystemExit as exc:\n"
+        "    result['exit'] = exc.code\n",
+        tmp_path,
+    )
+    assert "returned" not in result
+    assert result["exit"] == 0
+    assert "usage: python -m hpsearch" in proc.stdout
+    assert result["heavy"] == [], f"--help loaded {result['heavy']}"
+
+
+def test_version(tmp_path):
+    from hpsearch import __version__
+
+    proc = run_python(["-m", "hpsearch", "--version"], tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"hpsearch {__version__}"
+
+
+def test_no_command_is_a_usage_error(tmp_path):
+    proc = run_python(["-m", "hpsearch"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: python -m hpsearch")
+    assert "Traceback" not in proc.stderr
+
+
+def test_validate_no_import_imports_no_heavy_library(tmp_path):
+    example = REPO / "search_spaces" / "digits_mlp.yaml"
+    result, proc = probe(
+        "from hpsearch.cli import main\n"
+        f"result['returned'] = main(['validate', {str(example)!r}, '--no-import'])\n",
+        tmp_path,
+    )
+    assert result["returned"] == 0
+    assert "name: digits-mlp" in proc.stdout
+    assert result["heavy"] == [], f"validate --no-import loaded {result['heavy']}"
