@@ -31,6 +31,7 @@ Parser = Callable[[Any, str], Any]
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TRAINABLE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_HOST_PORT_RE = re.compile(r"^[A-Za-z0-9_.-]+:[0-9]{1,5}$")
 
 
 # ---------------------------------------------------------------------------------------
@@ -160,13 +161,28 @@ class Pruning:
     )
 
 
+def _address(value: Any, path: str) -> str:
+    value = _str()(value, path)
+    if value.startswith("ray://"):
+        raise ConfigError(
+            path,
+            "Ray Client (ray://) is not supported: the study and checkpoints are written "
+            "by the driver, so run hpsearch on the head node with address: auto",
+            value,
+        )
+    if value != "auto" and not _HOST_PORT_RE.match(value):
+        raise ConfigError(path, "must be null, 'auto' or the head's 'host:port'", value)
+    return value
+
+
 @dataclass(frozen=True)
 class Cluster:
     """Which Ray cluster runs the trials."""
 
     address: str | None = _key(
-        _optional(_str()),
-        "`null` starts a local Ray; `auto` joins `ray start --head`; or `ray://host:port`.",
+        _optional(_address),
+        "`null` starts a local Ray; `auto` or `host:port` joins a running cluster "
+        "(`ray start --head`).",
         None,
     )
 

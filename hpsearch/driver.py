@@ -7,7 +7,8 @@ some Ray node can hold one trial. Only then does it create the run dir:
     runs/<name>/
       space.yaml      the resolved config of the latest session (defaults filled in)
       optuna.db       the Optuna study (unless ``storage`` points elsewhere)
-      tune/session-N  Ray Tune's experiment: per-trial checkpoints, results and logs
+      tune/session-N  Ray Tune's experiment: per-trial checkpoints, results, errors
+      logs/           trial-NNNN.log: each trial's log records (Lightning, warnings)
       hpsearch.log    the driver's log (Ray and Tune warnings, trial errors)
 """
 
@@ -194,6 +195,14 @@ def _detach_log(handler: logging.Handler) -> None:
     handler.close()
 
 
+def _trial_dirname(trial: Any) -> str:
+    """Tune folders named after the Optuna trial: ``trial-0007-<ray id>``."""
+    from hpsearch import keys
+    from hpsearch.adapters.runner import trial_name
+
+    return f"{trial_name(int(trial.config.get(keys.TRIAL_NUMBER, -1)))}-{trial.trial_id}"
+
+
 def _state_rows(study: Any) -> list[dict[str, Any]]:
     """The study's finished trials, best first (COMPLETE, then PRUNED, then FAIL)."""
     from optuna.trial import TrialState
@@ -322,6 +331,7 @@ def _run_session(config, run_path: Path, url: str, continuing: bool, concurrency
                 max_epochs=config.max_epochs,
                 cpu=config.resources.cpu,
                 gpu=config.resources.gpu,
+                log_dir=str(run_path / "logs"),
             )
             trainable = tune.with_resources(
                 tune.with_parameters(runner.train, spec=spec),
@@ -340,6 +350,7 @@ def _run_session(config, run_path: Path, url: str, continuing: bool, concurrency
                     num_samples=remaining,
                     max_concurrent_trials=concurrency,
                     reuse_actors=True,
+                    trial_dirname_creator=_trial_dirname,
                 ),
                 run_config=tune.RunConfig(
                     name=_next_session(tune_dir),
@@ -383,7 +394,7 @@ def _summarise(recorder, config, run_path: Path, url: str,
         out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
     else:
         out("No trial completed.")
-    out(f"Results: {display_path(run_path)}/ (space.yaml, tune/, hpsearch.log)")
+    out(f"Results: {display_path(run_path)}/ (space.yaml, tune/, logs/, hpsearch.log)")
     out(f"Dashboard: optuna-dashboard {display_url(url, run_path)}")
     best_trial = study.best_trial if best is not None else None
     return RunResult(study=study, best_trial=best_trial, run_dir=run_path, storage_url=url)

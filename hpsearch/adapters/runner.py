@@ -9,6 +9,7 @@ checkpoint left off: same batches, same dropout masks, same metrics.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import tempfile
@@ -33,6 +34,8 @@ class TrialSpec:
         max_epochs: Epochs to train unless stopped.
         cpu: CPUs reserved per trial (sets torch's thread count).
         gpu: GPUs reserved per trial (> 0 trains on CUDA).
+        log_dir: Folder for ``trial-<number>.log`` (the trial's log records); None or
+            unreachable from the trial's node: no file.
     """
 
     trainable: str
@@ -40,6 +43,7 @@ class TrialSpec:
     max_epochs: int
     cpu: float = 1.0
     gpu: float = 0.0
+    log_dir: str | None = None
 
 
 def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
@@ -119,7 +123,7 @@ def _callbacks(spec: TrialSpec, trial_number: int) -> list[Any]:
             metrics[keys.TRIAL_TIME_S] = now - self.process_started
             metrics[keys.START_EPOCH] = self.start_epoch
             with tempfile.TemporaryDirectory(prefix="hps-ckpt-") as tmp:
-                trainer.save_checkpoint(os.path.join(tmp, CHECKPOINT_FILE))
+                trainer.save_checkpoint(os.path.join(tmp, CHECKPOINT_FILE), weights_only=False)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
 
     return [RngState(), TuneReport()]
@@ -144,6 +148,42 @@ def _build(spec: TrialSpec, params: dict[str, Any], trial_number: int):
     return built
 
 
+def trial_name(number: int) -> str:
+    """``trial-0007``: the name of trial 7's log file and Tune folder prefix."""
+    return f"trial-{number:04d}"
+
+
+class _TrialLog:
+    """Sends this trial's log records (Lightning's notices, warnings) to its own file."""
+
+    def __init__(self, log_dir: str | None, number: int):
+        self.handler: logging.Handler | None = None
+        if log_dir is None:
+            return
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+            self.handler = logging.FileHandler(os.path.join(log_dir, f"{trial_name(number)}.log"))
+        except OSError:  # a node that does not share the run dir's disk
+            return
+        self.handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.handler.setLevel(logging.INFO)
+
+    def __enter__(self) -> "_TrialLog":
+        if self.handler is not None:
+            logging.captureWarnings(True)
+            logging.getLogger().addHandler(self.handler)  # Lightning's loggers propagate
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.handler is None:
+            return
+        if exc is not None:
+            logging.getLogger("hpsearch.trial").error("trial failed", exc_info=exc)
+        logging.getLogger().removeHandler(self.handler)
+        self.handler.close()
+
+
 def train(config: dict[str, Any], spec: TrialSpec) -> None:
     """Train one trial; the Ray Tune function trainable (use with ``tune.with_parameters``).
 
@@ -151,11 +191,16 @@ def train(config: dict[str, Any], spec: TrialSpec) -> None:
         config: The trial config: sampled params plus ``hps_trial_number``/``hps_seed``.
         spec: What every trial of the run shares.
     """
+    params, trial_number, seed = split_config(config)
+    with _TrialLog(spec.log_dir, trial_number):
+        _train(params, trial_number, seed, spec)
+
+
+def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec) -> None:
     import pytorch_lightning as pl
     import torch
     from ray import tune
 
-    params, trial_number, seed = split_config(config)
     torch.set_num_threads(max(1, int(spec.cpu)))
     pl.seed_everything(seed, workers=True, verbose=False)
     module, data = _build(spec, params, trial_number)
