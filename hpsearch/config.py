@@ -30,7 +30,7 @@ Parser = Callable[[Any, str], Any]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TRAINABLE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9_.-]+:[0-9]{1,5}$")
 
 
@@ -63,7 +63,7 @@ def _str(pattern: re.Pattern[str] | None = None, hint: str = "") -> Parser:
     def parse(value: Any, path: str) -> str:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(path, "must be a non-empty string", value)
-        if pattern is not None and not pattern.match(value):
+        if pattern is not None and not pattern.fullmatch(value):
             raise ConfigError(path, f"must be {hint}", value)
         return value
 
@@ -170,7 +170,7 @@ def _address(value: Any, path: str) -> str:
             "by the driver, so run hpsearch on the head node with address: auto",
             value,
         )
-    if value != "auto" and not _HOST_PORT_RE.match(value):
+    if value != "auto" and not _HOST_PORT_RE.fullmatch(value):
         raise ConfigError(path, "must be null, 'auto' or the head's 'host:port'", value)
     return value
 
@@ -247,7 +247,8 @@ def _build(cls: type, raw: Any, path: str) -> Any:
                 raise ConfigError(where, "is required")
             continue
         if "section" in f.metadata:
-            values[name] = _build(f.metadata["section"], raw[name] or {}, where)
+            section = raw[name]
+            values[name] = _build(f.metadata["section"], {} if section is None else section, where)
         else:
             values[name] = f.metadata["parser"](raw[name], where)
     return cls(**values)

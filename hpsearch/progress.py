@@ -40,7 +40,7 @@ class Tally:
         """Count a trial that ended in ``state`` (COMPLETE, PRUNED or FAIL)."""
         if state == "COMPLETE":
             self.complete += 1
-            if value is not None and self.is_better(value):
+            if value is not None and not math.isnan(value) and self.is_better(value):
                 self.best_value, self.best_number = value, number
         elif state == "PRUNED":
             self.pruned += 1

@@ -160,7 +160,10 @@ class Space(Mapping[str, Param]):
 
         out: dict[str, Any] = {}
         for name, p in self._params.items():
-            if isinstance(p, FloatParam):
+            if isinstance(p, (FloatParam, IntParam)) and p.low == p.high:
+                # Ray's log domains round-trip through exp(log(x)) and may leave the point.
+                out[name] = tune.choice([p.low])
+            elif isinstance(p, FloatParam):
                 if p.step is not None:
                     out[name] = tune.choice(p.grid())
                 elif p.log:
@@ -241,8 +244,14 @@ def _parse_categorical(raw: Mapping[str, Any], path: str) -> CategoricalParam:
     for i, c in enumerate(choices):
         if c is not None and not isinstance(c, (str, int, float, bool)):
             raise ConfigError(f"{path}.choices[{i}]", "must be a string, number, bool or null", c)
-        if any(c == s and type(c) is type(s) for s in seen):
-            raise ConfigError(f"{path}.choices[{i}]", "is a duplicate", c)
+        if isinstance(c, float) and not math.isfinite(c):
+            raise ConfigError(f"{path}.choices[{i}]", "must be a finite number", c)
+        # Optuna looks choices up by ==, so 1, 1.0 and true would be recorded as one.
+        for j, s in enumerate(seen):
+            if c == s:
+                same = "is a duplicate" if type(c) is type(s) else (
+                    f"equals choices[{j}] ({s!r}); Optuna cannot tell them apart")
+                raise ConfigError(f"{path}.choices[{i}]", same, c)
         seen.append(c)
     return CategoricalParam(tuple(choices))
 

@@ -383,11 +383,14 @@ def test_falsy_non_mapping_section_is_rejected(value):
     assert_names(err, "search", "mapping", f"(got {value!r})")
 
 
-def test_name_with_trailing_newline_is_rejected():
+@pytest.mark.parametrize("key, value", [("name", "demo\n"),
+                                        ("cluster.address", "head:6379\n")])
+def test_value_with_trailing_newline_is_rejected(key, value):
     # The name becomes the run dir `runs/<name>/` and the study name; a newline must not
-    # slip through. BUG: _NAME_RE ends with `$`, which also matches before a final "\n".
-    err = config_error(minimal(name="demo\n"))
-    assert_names(err, "name", "(got 'demo\\n')")
+    # slip through. BUG: _NAME_RE (and _HOST_PORT_RE) end with `$`, which also matches
+    # before a final "\n"; `re.fullmatch` or `\Z` would not.
+    err = config_error(apply_overrides(MINIMAL, {key: value}))
+    assert_names(err, key, f"(got {value!r})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -425,9 +428,25 @@ def test_storage_urls_accepted(url):
     assert validate(minimal(storage=url)).storage == url
 
 
-@pytest.mark.parametrize("address", [None, "auto", "ray://head:10001"])
+@pytest.mark.parametrize("address", [None, "auto", "head:6379", "10.0.0.1:6379",
+                                     "node-1.example.org:6379"])
 def test_cluster_addresses_accepted(address):
     assert validate(with_set(cluster__address=address)).cluster.address == address
+
+
+@pytest.mark.parametrize(
+    "address, fragment",
+    [
+        ("ray://head:10001", "Ray Client (ray://) is not supported"),
+        ("head", "must be null, 'auto' or the head's 'host:port'"),
+        ("head:port", "must be null, 'auto' or the head's 'host:port'"),
+        ("http://head:8265", "must be null, 'auto' or the head's 'host:port'"),
+        ("", "non-empty string"),
+    ],
+)
+def test_cluster_addresses_rejected(address, fragment):
+    err = config_error(with_set(cluster__address=address))
+    assert_names(err, "cluster.address", fragment, f"(got {address!r})")
 
 
 @pytest.mark.parametrize("name", ["digits-mlp", "a", "run_1.v2", "9lives"])
@@ -466,9 +485,17 @@ def test_int_log_with_step_one_accepted():
     assert config.space["units"] == IntParam(8, 64, log=True, step=1)
 
 
-def test_bool_and_int_choices_are_distinct():
-    config = validate(with_set(space__opt__choices=[1, True, 1.0, None, "1"]))
-    assert config.space["opt"].choices == (1, True, 1.0, None, "1")
+def test_choices_of_different_types_are_kept():
+    config = validate(with_set(space__opt__choices=[1, False, 2.5, None, "1"]))
+    assert config.space["opt"].choices == (1, False, 2.5, None, "1")
+
+
+@pytest.mark.parametrize("choices", [[1, True], [1, 1.0], [0, False], [2.0, 2]])
+def test_choices_optuna_cannot_tell_apart_are_rejected(choices):
+    with pytest.raises(ConfigError) as info:
+        validate(with_set(space__opt__choices=choices))
+    assert info.value.field == "space.opt.choices[1]"
+    assert "Optuna cannot tell them apart" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -740,7 +767,7 @@ RICH = minimal(
         "dropout": {"type": "float", "low": 0.0, "high": 0.5, "step": 0.05},
         "units": {"type": "int", "low": 8, "high": 512, "log": True},
         "layers": {"type": "int", "low": 1, "high": 9, "step": 2},
-        "act": {"type": "categorical", "choices": ["relu", 1, True, 2.5, None]},
+        "act": {"type": "categorical", "choices": ["relu", 1, False, 2.5, None]},
     },
     search={"sampler": "random", "n_trials": 7, "concurrency": 3, "seed": 11,
             "max_failures": 2},
@@ -768,7 +795,7 @@ def test_to_dict_is_plain_data():
     plain = validate(RICH).to_dict()
     assert yaml.safe_load(yaml.safe_dump(plain)) == plain
     assert plain["space"]["act"] == {"type": "categorical",
-                                     "choices": ["relu", 1, True, 2.5, None]}
+                                     "choices": ["relu", 1, False, 2.5, None]}
     assert plain["space"]["layers"] == {"type": "int", "low": 1, "high": 9, "step": 2}
     assert plain["space"]["units"] == {"type": "int", "low": 8, "high": 512, "log": True}
     assert plain["space"]["lr"]["low"] == 1e-5

@@ -23,7 +23,7 @@ from hpsearch.space import CategoricalParam, FloatParam, IntParam, Space, parse_
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SETTINGS = dict(derandomize=True, deadline=None,
+SETTINGS = dict(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
 FLOAT_STEPS = ["0.05", "0.1", "0.25", "0.5", "1.0"]
@@ -83,9 +83,9 @@ SCALARS = st.one_of(
 
 @st.composite
 def categorical_specs(draw) -> dict[str, Any]:
-    # Unique by (type, value), the rule parse_space applies: [1, True, 1.0] are distinct.
-    choices = draw(st.lists(SCALARS, min_size=1, max_size=6,
-                            unique_by=lambda c: (type(c), c)))
+    # Unique by value, the rule parse_space applies (Optuna looks choices up by ==, so
+    # 1, 1.0 and True are one choice to it).
+    choices = draw(st.lists(SCALARS, min_size=1, max_size=6, unique=True))
     return {"type": "categorical", "choices": choices}
 
 
@@ -313,12 +313,18 @@ def test_float_bounds_are_reached_by_the_grid_not_beyond():
 # Categorical: bool and int are distinct.
 
 
-def test_bool_and_int_choices_are_allowed_and_distinct():
-    param = parse_space({"c": {"type": "categorical", "choices": [1, True]}})["c"]
-    assert param == CategoricalParam((1, True))
-    assert param.contains(1) and param.contains(True)
+def test_bool_and_int_choices_that_optuna_conflates_are_rejected():
+    with pytest.raises(ConfigError) as info:
+        parse_space({"c": {"type": "categorical", "choices": [1, True]}})
+    assert info.value.field == "space.c.choices[1]"
+
+
+def test_bool_and_int_choices_that_differ_are_allowed_and_distinct():
+    param = parse_space({"c": {"type": "categorical", "choices": [1, False]}})["c"]
+    assert param == CategoricalParam((1, False))
+    assert param.contains(1) and param.contains(False)
     assert not param.contains(1.0)
-    assert not param.contains(False)
+    assert not param.contains(True)
     assert not param.contains(0)
     assert not param.contains("1")
 
@@ -345,20 +351,20 @@ def test_same_type_duplicates_rejected(choices, index, value):
 
 
 def test_ray_keeps_bool_and_int_choices_apart():
-    samples = ray_samples({"type": "categorical", "choices": [1, True]})
-    assert {(type(v), v) for v in samples} == {(int, 1), (bool, True)}
+    samples = ray_samples({"type": "categorical", "choices": [1, False]})
+    assert {(type(v), v) for v in samples} == {(int, 1), (bool, False)}
 
 
 def test_optuna_asks_bool_and_int_choices_apart():
-    samples = optuna_samples({"type": "categorical", "choices": [1, True]})
-    assert {(type(v), v) for v in samples} == {(int, 1), (bool, True)}
+    samples = optuna_samples({"type": "categorical", "choices": [1, False]})
+    assert {(type(v), v) for v in samples} == {(int, 1), (bool, False)}
 
 
 def test_optuna_records_bool_and_int_choices_as_asked():
-    # What the study records must be what the trial was given. BUG: parse_space accepts
-    # choices Optuna cannot tell apart (CategoricalDistribution.to_internal_repr uses
-    # list.index, and True == 1 == 1.0), so a trial asked with True is stored with 1.
-    space = parse_space({"c": {"type": "categorical", "choices": [1, True, 1.0]}})
+    # What the study records must be what the trial was given. Optuna's
+    # CategoricalDistribution.to_internal_repr uses list.index (True == 1 == 1.0), which
+    # is why parse_space rejects choices equal across types.
+    space = parse_space({"c": {"type": "categorical", "choices": [1, False, 2.5, "1"]}})
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     asked = []
     for _ in range(30):

@@ -168,3 +168,13 @@ def test_direction_of_an_existing_study_must_match(url):
     StudyRecorder(config_mod.load(RAW), url).close()
     with pytest.raises(ConfigError, match="objective.mode"):
         StudyRecorder(config_mod.load(RAW, {"objective.mode": "min"}), url)
+
+
+def test_nan_final_value_is_fail_with_a_reason(url):
+    recorder = StudyRecorder(config_mod.load(RAW), url)
+    recorder.ask("a")
+    recorder.report("a", result(1, 0.3))
+    assert recorder.complete("a", result(2, float("nan"))) == TrialState.FAIL
+    trial = recorder.study.trials[0]
+    assert trial.state == TrialState.FAIL
+    assert trial.user_attrs[keys.ATTR_ERROR] == "final val_acc is NaN"

@@ -11,6 +11,7 @@ as COMPLETE and cannot be restored safely.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,6 +235,11 @@ class StudyRecorder:
             if live.stop is not None:
                 self.study.tell(live.trial, state=TrialState.PRUNED)
                 return TrialState.PRUNED
+            if math.isnan(live.last_value):
+                metric = self.config.objective.metric
+                live.trial.set_user_attr(keys.ATTR_ERROR, f"final {metric} is NaN")
+                self.study.tell(live.trial, state=TrialState.FAIL)
+                return TrialState.FAIL
             self.study.tell(live.trial, live.last_value)
             return TrialState.COMPLETE
 
