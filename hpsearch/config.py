@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hpsearch.errors import ConfigError
-from hpsearch.scalars import parse_float_value, parse_int_value
+from hpsearch.scalars import parse_bool, parse_float_value, parse_int_value
 from hpsearch.space import Space, parse_space
 
 Parser = Callable[[Any, str], Any]
@@ -148,9 +148,16 @@ class Pruning:
     """Early stopping of unpromising trials."""
 
     policy: str = _key(
-        _choice("none", "asha", "median"),
-        "`none`, `asha` (Ray Tune's ASHA) or `median` (Optuna's MedianPruner).",
+        _choice("none", "asha", "median", "cost_aware"),
+        "`none`, `asha` (Ray Tune's ASHA), `median` (Optuna's MedianPruner) or "
+        "`cost_aware` (hpsearch's: curve ranks weighed by each trial's remaining cost).",
         "none",
+    )
+    aggressiveness: float = _key(
+        _float(0.0, exclusive=True),
+        "`cost_aware`: 1 = default; 2 keeps about the square of the share kept at 1 "
+        "(cheaper, riskier); 0.5 its square root (safer, dearer).",
+        1.0,
     )
     min_epochs: int = _key(_int(1), "Epochs every trial runs before it can be pruned.", 1)
     reduction_factor: float = _key(
@@ -173,6 +180,62 @@ def _address(value: Any, path: str) -> str:
     if value != "auto" and not _HOST_PORT_RE.fullmatch(value):
         raise ConfigError(path, "must be null, 'auto' or the head's 'host:port'", value)
     return value
+
+
+def _currency(value: Any, path: str) -> str:
+    value = _str()(value, path)
+    if len(value) != 3 or not value.isalpha():
+        raise ConfigError(path, "must be a 3-letter currency code such as USD", value)
+    return value.upper()
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What a trial-hour costs."""
+
+    instance: str | None = _key(
+        _optional(_str()),
+        "Catalogue row (`provider:instance` or a unique instance name, e.g. `p3.2xlarge`); "
+        "`null` = `local-cpu`, or `local-gpu` when trials reserve GPUs.",
+        None,
+    )
+    spot: bool = _key(parse_bool, "Price at the row's spot price instead of on-demand.", False)
+    price_per_hour: float | None = _key(
+        _optional(_float(0.0, exclusive=True)),
+        "Explicit price of one trial-hour instead of a catalogue row (needs `currency`).",
+        None,
+    )
+    currency: str | None = _key(
+        _optional(_currency),
+        "Currency of `price_per_hour`; with `instance`, must match the row's.",
+        None,
+    )
+    catalog: str | None = _key(
+        _optional(_str()),
+        "A CSV with the catalogue's columns that extends or overrides its rows.",
+        None,
+    )
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits on money and time; null = no limit."""
+
+    max_cost: float | None = _key(
+        _optional(_float(0.0, exclusive=True)),
+        "Money the whole study may spend, in the pricing currency (counts earlier sessions).",
+        None,
+    )
+    max_cost_per_trial: float | None = _key(
+        _optional(_float(0.0, exclusive=True)),
+        "Money one trial may spend; it stops before the epoch that would pass it.",
+        None,
+    )
+    max_wall_s: float | None = _key(
+        _optional(_float(0.0, exclusive=True)),
+        "Wall-clock seconds this session may run.",
+        None,
+    )
 
 
 @dataclass(frozen=True)
@@ -210,6 +273,8 @@ class Config:
     search: Search = _section(Search, "How configurations are proposed.")
     resources: Resources = _section(Resources, "What each trial reserves.")
     pruning: Pruning = _section(Pruning, "Early stopping.")
+    pricing: Pricing = _section(Pricing, "What a trial-hour costs.")
+    budget: Budget = _section(Budget, "Limits on money and time.")
     storage: str | None = _key(
         _optional(_str(_URL_RE, "an Optuna storage URL such as 'sqlite:///path.db'")),
         "Optuna RDB URL; `null` = `sqlite:///<run dir>/optuna.db`.",
@@ -365,6 +430,17 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 def validate(raw: Mapping[str, Any]) -> Config:
     """Validate a raw mapping into a :class:`Config`; raise ConfigError on bad input."""
     config = _build(Config, raw, "")
+    pricing = config.pricing
+    if pricing.price_per_hour is not None:
+        if pricing.instance is not None:
+            raise ConfigError("pricing.price_per_hour",
+                              "give either pricing.instance or pricing.price_per_hour, not both",
+                              pricing.price_per_hour)
+        if pricing.currency is None:
+            raise ConfigError("pricing.currency", "is required with pricing.price_per_hour")
+        if pricing.spot:
+            raise ConfigError("pricing.spot", "needs pricing.instance (a catalogue row with a "
+                              "spot price), not an explicit price_per_hour", True)
     if config.pruning.policy != "none" and config.pruning.min_epochs >= config.max_epochs:
         raise ConfigError(
             "pruning.min_epochs",

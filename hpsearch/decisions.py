@@ -23,11 +23,15 @@ class StopRecord:
     """Why a policy stopped a trial (kept so the study can mark it PRUNED, not COMPLETE).
 
     Attributes:
-        policy: The policy that decided (``asha``, ``median``, ...).
+        policy: Who decided (``asha``, ``median``, ``cost_aware``, ``budget``).
         epoch: Epochs the trial had completed when it was stopped.
         reason: One human-readable sentence.
+        predicted_final: The objective the trial was expected to end at, if predicted.
+        saved_cost: Expected money its remaining epochs would have cost, if known.
     """
 
     policy: str
     epoch: int
     reason: str
+    predicted_final: float | None = None
+    saved_cost: float | None = None

@@ -6,6 +6,7 @@ some Ray node can hold one trial. Only then does it create the run dir:
 
     runs/<name>/
       space.yaml      the resolved config of the latest session (defaults filled in)
+      ledger.jsonl    billed intervals of every trial (money spent and wasted)
       optuna.db       the Optuna study (unless ``storage`` points elsewhere)
       tune/session-N  Ray Tune's experiment: per-trial checkpoints, results, errors
       logs/           trial-NNNN.log: each trial's log records (Lightning, warnings)
@@ -22,7 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hpsearch import config as config_mod
+from hpsearch import keys
+from hpsearch.budget import fmt_money
 from hpsearch.errors import ConfigError, HpsearchError
+from hpsearch.ledger import FAILED
 from hpsearch.progress import Progress, top_table
 
 log = logging.getLogger("hpsearch")
@@ -52,12 +56,18 @@ class RunResult:
         best_trial: The best COMPLETE trial (``optuna.trial.FrozenTrial``), or None.
         run_dir: Where the run's files are.
         storage_url: The Optuna storage URL (for ``optuna-dashboard``).
+        spent: Money the whole study has spent (all sessions), in ``currency``.
+        currency: The run's currency.
+        stop_reason: Why the session stopped before ``n_trials`` (budget), or None.
     """
 
     study: Any
     best_trial: Any
     run_dir: Path
     storage_url: str
+    spent: float = 0.0
+    currency: str = "USD"
+    stop_reason: str | None = None
 
 
 def default_run_dir(name: str) -> Path:
@@ -197,7 +207,6 @@ def _detach_log(handler: logging.Handler) -> None:
 
 def _trial_dirname(trial: Any) -> str:
     """Tune folders named after the Optuna trial: ``trial-0007-<ray id>``."""
-    from hpsearch import keys
     from hpsearch.adapters.runner import trial_name
 
     return f"{trial_name(int(trial.config.get(keys.TRIAL_NUMBER, -1)))}-{trial.trial_id}"
@@ -206,8 +215,6 @@ def _trial_dirname(trial: Any) -> str:
 def _state_rows(study: Any) -> list[dict[str, Any]]:
     """The study's finished trials, best first (COMPLETE, then PRUNED, then FAIL)."""
     from optuna.trial import TrialState
-
-    from hpsearch import keys
 
     sign = -1.0 if study.direction.name == "MAXIMIZE" else 1.0
     order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1, TrialState.FAIL: 2}
@@ -230,6 +237,11 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _largest_node_cpus(nodes: list[dict[str, Any]]) -> float | None:
+    cpus = [n.get("Resources", {}).get("CPU", 0.0) for n in nodes if n.get("Alive")]
+    return max(cpus) if cpus else None
+
+
 def run(
     source: str | Path | Mapping[str, Any],
     overrides: Mapping[str, Any] | list[str] | None = None,
@@ -245,7 +257,7 @@ def run(
         overrides: ``{"search.n_trials": 3}`` or ``["search.n_trials=3"]``.
         run_dir: Where results go; default ``runs/<name>/``. An existing run dir with a
             compatible study is continued: its finished trials count toward
-            ``search.n_trials``.
+            ``search.n_trials`` and its ledger toward ``budget.max_cost``.
         emit: Receives progress lines; ``None`` for silence.
         progress_interval_s: Least seconds between two status lines.
 
@@ -257,144 +269,202 @@ def run(
         RunAborted: Trials cannot run as configured (e.g. the objective is never logged).
         RunInterrupted: Ctrl-C; finished trials are kept.
     """
-    out = emit or (lambda line: None)
-    config = config_mod.load(source, overrides)
+    from hpsearch import pricing
+    from hpsearch.ledger import Ledger
     from hpsearch.trainable import resolve
 
+    out = emit or (lambda line: None)
+    config = config_mod.load(source, overrides)
     resolve(config.trainable)
+    pricing.resolve(config)  # unknown instance, missing price: before anything starts
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
     continuing = _check_existing_study(config, url)
 
     with _RaySession(config.cluster.address) as ray:
-        _check_fits(config, ray.nodes())
+        nodes = ray.nodes()
+        _check_fits(config, nodes)
+        price = pricing.resolve(config, node_cpus=_largest_node_cpus(nodes))
+        ledger = Ledger(run_path / LEDGER_FILE, currency=price.currency)  # reads only
         concurrency = _concurrency(config, ray.cluster_resources())
         run_path.mkdir(parents=True, exist_ok=True)
         handler = _attach_log(run_path)
         try:
-            return _run_session(config, run_path, url, continuing, concurrency, out,
-                                progress_interval_s)
+            session = _Session(config, run_path, url, price, ledger, out)
+            return session.run(continuing, concurrency, progress_interval_s)
         finally:
             _detach_log(handler)
 
 
-def _run_session(config, run_path: Path, url: str, continuing: bool, concurrency: int,
-                 out: Callable[[str], None], progress_interval_s: float) -> RunResult:
-    import yaml
-    from ray import tune
+#: The ledger's file in the run dir.
+LEDGER_FILE = "ledger.jsonl"
 
-    from hpsearch.adapters import runner
-    from hpsearch.adapters.ray_progress import ProgressCallback
-    from hpsearch.adapters.ray_scheduler import build_scheduler
-    from hpsearch.adapters.ray_search import AbortStopper, StudyCallback, StudySearcher
-    from hpsearch.adapters.study import StudyRecorder
 
-    (run_path / "space.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    recorder = StudyRecorder(config, url)
-    try:
-        orphans = recorder.fail_orphans(ORPHAN_REASON)
-        done_before = recorder.finished_count()
-        remaining = config.search.n_trials - done_before
-        shown_url = display_url(url, run_path)
-        if continuing and (done_before or orphans):
-            out(f"Continuing study '{config.name}' in {display_path(run_path)}: "
-                f"{done_before} trial(s) already finished"
-                + (f", {len(orphans)} left running by a stopped driver marked FAIL"
-                   if orphans else ""))
-        if remaining <= 0:
-            out(f"The study already has {done_before} finished trial(s) >= search.n_trials "
-                f"({config.search.n_trials}); raise it with --set search.n_trials=N to run more.")
-        else:
-            out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
-                f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
-            out(f"Run dir: {display_path(run_path)}   Study: {shown_url}")
-            log.info("session start: %d trials, concurrency %d", remaining, concurrency)
-            progress = Progress(config.objective.metric, remaining, out, time.monotonic,
-                                progress_interval_s)
-            progress.tally.mode = config.objective.mode
+class _Session:
+    """One invocation of ``run`` on a run dir: wires the adapters and runs the Tuner."""
 
-            def ended(number, state, last_result, error):
-                last = last_result or {}
-                value = last.get(config.objective.metric)
-                from hpsearch import keys
+    def __init__(self, config, run_path: Path, url: str, price, ledger,
+                 out: Callable[[str], None]):
+        from hpsearch.budget import Accountant
 
-                progress.trial_ended(number, state.name, int(last.get(keys.EPOCH, 0)),
-                                     value, error)
-                if error:
-                    log.warning("trial %s failed: %s", number, error)
+        self.config = config
+        self.run_path = run_path
+        self.url = url
+        self.price = price
+        self.out = out
+        self.accountant = Accountant(price, config.budget, ledger, config.max_epochs,
+                                     time.time)
+        self.stop_reason: str | None = None
 
-            study_cb = StudyCallback(recorder, on_end=ended)
-            spec = runner.TrialSpec(
-                trainable=config.trainable,
+    def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
+        import yaml
+
+        from hpsearch.adapters.study import StudyRecorder
+
+        config, out = self.config, self.out
+        (self.run_path / "space.yaml").write_text(
+            yaml.safe_dump(config.to_dict(), sort_keys=False))
+        recorder = StudyRecorder(config, self.url)
+        try:
+            recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
+            orphans = recorder.fail_orphans(ORPHAN_REASON)
+            self.accountant.ledger.close_all(time.time(), FAILED)
+            done_before = recorder.finished_count()
+            remaining = config.search.n_trials - done_before
+            if continuing and (done_before or orphans):
+                out(f"Continuing study '{config.name}' in {display_path(self.run_path)}: "
+                    f"{done_before} trial(s) already finished, "
+                    f"{fmt_money(self.accountant.spent(), self.price.currency)} spent"
+                    + (f"; {len(orphans)} left running by a stopped driver marked FAIL"
+                       if orphans else ""))
+            if remaining <= 0:
+                out(f"The study already has {done_before} finished trial(s) >= "
+                    f"search.n_trials ({config.search.n_trials}); raise it with "
+                    f"--set search.n_trials=N to run more.")
+            else:
+                self._fit(recorder, remaining, concurrency, progress_interval_s)
+            return self._summarise(recorder)
+        finally:
+            recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
+            recorder.close()
+
+    def _fit(self, recorder, remaining: int, concurrency: int,
+             progress_interval_s: float) -> None:
+        from ray import tune
+
+        from hpsearch.adapters import runner
+        from hpsearch.adapters.ray_progress import ProgressCallback
+        from hpsearch.adapters.ray_scheduler import build_scheduler
+        from hpsearch.adapters.ray_search import AbortStopper, StudyCallback, StudySearcher
+
+        config, out, price = self.config, self.out, self.price
+        budget = config.budget
+        limits = ", ".join(f"{name} {value:g}" for name, value in (
+            ("max_cost", budget.max_cost), ("max_cost_per_trial", budget.max_cost_per_trial),
+            ("max_wall_s", budget.max_wall_s)) if value is not None) or "none"
+        out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
+            f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
+        out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
+            f"{fmt_money(price.per_hour, price.currency)}/trial-hour; budget: {limits}")
+        out(f"Run dir: {display_path(self.run_path)}   Study: "
+            f"{display_url(self.url, self.run_path)}")
+        log.info("session start: %d trials, concurrency %d, price %s", remaining,
+                 concurrency, price)
+        progress = Progress(config.objective.metric, remaining, out, time.monotonic,
+                            progress_interval_s,
+                            spent=lambda: fmt_money(self.accountant.spent(), price.currency))
+        progress.tally.mode = config.objective.mode
+
+        def ended(number, state, last_result, error):
+            last = last_result or {}
+            progress.trial_ended(number, state.name, int(last.get(keys.EPOCH, 0)),
+                                 last.get(config.objective.metric), error)
+            if error:
+                log.warning("trial %s failed: %s", number, error)
+
+        study_cb = StudyCallback(recorder, self.accountant, on_end=ended)
+        searcher = StudySearcher(recorder, self.accountant, config.objective.metric,
+                                 config.objective.mode)
+        spec = runner.TrialSpec(
+            trainable=config.trainable,
+            metric=config.objective.metric,
+            max_epochs=config.max_epochs,
+            cpu=config.resources.cpu,
+            gpu=config.resources.gpu,
+            log_dir=str(self.run_path / "logs"),
+            price_per_hour=price.per_hour,
+        )
+        trainable = tune.with_resources(
+            tune.with_parameters(runner.train, spec=spec),
+            {"cpu": config.resources.cpu, "gpu": config.resources.gpu},
+        )
+        tune_dir = self.run_path / "tune"
+        tuner = tune.Tuner(
+            trainable,
+            param_space={},
+            tune_config=tune.TuneConfig(
                 metric=config.objective.metric,
-                max_epochs=config.max_epochs,
-                cpu=config.resources.cpu,
-                gpu=config.resources.gpu,
-                log_dir=str(run_path / "logs"),
-            )
-            trainable = tune.with_resources(
-                tune.with_parameters(runner.train, spec=spec),
-                {"cpu": config.resources.cpu, "gpu": config.resources.gpu},
-            )
-            tune_dir = run_path / "tune"
-            tuner = tune.Tuner(
-                trainable,
-                param_space={},
-                tune_config=tune.TuneConfig(
-                    metric=config.objective.metric,
-                    mode=config.objective.mode,
-                    search_alg=StudySearcher(recorder, config.objective.metric,
-                                             config.objective.mode),
-                    scheduler=build_scheduler(config, recorder),
-                    num_samples=remaining,
-                    max_concurrent_trials=concurrency,
-                    reuse_actors=True,
-                    trial_dirname_creator=_trial_dirname,
-                ),
-                run_config=tune.RunConfig(
-                    name=_next_session(tune_dir),
-                    storage_path=str(tune_dir),
-                    verbose=0,
-                    log_to_file=True,
-                    stop=AbortStopper(study_cb),
-                    callbacks=[study_cb, ProgressCallback(progress)],
-                    failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-                ),
-            )
-            tuner.fit()
-            out(progress.status())
-            leftover = recorder.unfinished()
-            for trial_id in leftover:
-                recorder.fail(trial_id, study_cb.abort_reason and "run aborted"
-                              or INTERRUPTED_REASON)
-            if study_cb.abort_reason:
-                raise RunAborted(study_cb.abort_reason)
-            if leftover:
-                raise RunInterrupted(
-                    f"interrupted: {len(leftover)} unfinished trial(s) marked FAIL; "
-                    f"run the same command again to continue the study")
-        return _summarise(recorder, config, run_path, url, out)
-    finally:
-        recorder.close()
+                mode=config.objective.mode,
+                search_alg=searcher,
+                scheduler=build_scheduler(config, recorder, self.accountant),
+                num_samples=remaining,
+                max_concurrent_trials=concurrency,
+                reuse_actors=True,
+                trial_dirname_creator=_trial_dirname,
+            ),
+            run_config=tune.RunConfig(
+                name=_next_session(tune_dir),
+                storage_path=str(tune_dir),
+                verbose=0,
+                log_to_file=True,
+                stop=AbortStopper(study_cb),
+                callbacks=[study_cb, ProgressCallback(progress)],
+                failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            ),
+        )
+        tuner.fit()
+        out(progress.status())
+        leftover = recorder.unfinished()
+        self.accountant.ledger.close_all(time.time(), FAILED)
+        for trial_id in leftover:
+            recorder.fail(trial_id, "run aborted" if study_cb.abort_reason
+                          else INTERRUPTED_REASON)
+        self.stop_reason = self.accountant.run_stop_reason() or searcher.closed_reason
+        if study_cb.abort_reason:
+            raise RunAborted(study_cb.abort_reason)
+        if leftover:
+            raise RunInterrupted(
+                f"interrupted: {len(leftover)} unfinished trial(s) marked FAIL; "
+                f"run the same command again to continue the study")
 
-
-def _summarise(recorder, config, run_path: Path, url: str,
-               out: Callable[[str], None]) -> RunResult:
-    study = recorder.study
-    rows = _state_rows(study)
-    best = next((r for r in rows if r["state"] == "COMPLETE"), None)
-    out("")
-    if rows:
-        out(f"Top trials of study '{config.name}' ({len(rows)} finished):")
-        for line in top_table(rows, config.objective.metric, config.space):
-            out("  " + line)
-    if best is not None:
-        out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
-    else:
-        out("No trial completed.")
-    out(f"Results: {display_path(run_path)}/ (space.yaml, tune/, logs/, hpsearch.log)")
-    out(f"Dashboard: optuna-dashboard {display_url(url, run_path)}")
-    best_trial = study.best_trial if best is not None else None
-    return RunResult(study=study, best_trial=best_trial, run_dir=run_path, storage_url=url)
+    def _summarise(self, recorder) -> RunResult:
+        config, out, currency = self.config, self.out, self.price.currency
+        study = recorder.study
+        rows = _state_rows(study)
+        best = next((r for r in rows if r["state"] == "COMPLETE"), None)
+        out("")
+        if rows:
+            out(f"Top trials of study '{config.name}' ({len(rows)} finished):")
+            for line in top_table(rows, config.objective.metric, config.space):
+                out("  " + line)
+        if best is not None:
+            out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
+        else:
+            out("No trial completed.")
+        ledger = self.accountant.ledger
+        cap = config.budget.max_cost
+        out(f"Spent: {fmt_money(ledger.spent(), currency)}"
+            f" (wasted {fmt_money(ledger.wasted(), currency)})"
+            + (f" of budget.max_cost {fmt_money(cap, currency)}" if cap is not None else ""))
+        if self.stop_reason:
+            out(f"Stopped early: {self.stop_reason}. Raise the budget and run the same "
+                f"command again to continue the study.")
+        out(f"Results: {display_path(self.run_path)}/ (space.yaml, ledger.jsonl, tune/, "
+            f"logs/, hpsearch.log)")
+        out(f"Dashboard: optuna-dashboard {display_url(self.url, self.run_path)}")
+        best_trial = study.best_trial if best is not None else None
+        return RunResult(study=study, best_trial=best_trial, run_dir=self.run_path,
+                         storage_url=self.url, spent=ledger.spent(), currency=currency,
+                         stop_reason=self.stop_reason)

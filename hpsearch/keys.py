@@ -13,6 +13,8 @@ EPOCH = "hps_epoch"  #: epochs completed (1-based), the step of every curve
 EPOCH_TIME_S = "hps_epoch_time_s"  #: wall seconds of the epoch just finished
 TRIAL_TIME_S = "hps_trial_time_s"  #: wall seconds of this process since it started
 START_EPOCH = "hps_start_epoch"  #: epochs already done when this process started (resume)
+REMAINING_S = "hps_remaining_s"  #: expected seconds to the last epoch (runtime model)
+COST_TO_FINISH = "hps_cost_to_finish"  #: expected money to the last epoch, run currency
 
 # Trial config entries the driver adds beside the sampled params.
 TRIAL_NUMBER = "hps_trial_number"  #: the Optuna trial number
@@ -25,7 +27,18 @@ ATTR_STOP_REASON = "stop_reason"
 ATTR_EPOCHS = "epochs"
 ATTR_SEED = "seed"
 ATTR_RESUMED_FROM = "resumed_from_epochs"  #: the epochs a restarted process resumed at
+ATTR_PREDICTED_FINAL = "predicted_final"  #: a stopped trial's predicted final objective
+ATTR_SAVED_COST = "saved_cost"  #: money a stopped trial's remaining epochs would have cost
+# Money of a trial (mirrored from the ledger).
+ATTR_COST = "cost"
+ATTR_WASTED_COST = "wasted_cost"
+ATTR_BILLED_S = "billed_s"
+ATTR_INSTANCE = "instance"
+ATTR_SPOT = "spot"
+ATTR_CURRENCY = "currency"
 
 # Optuna study user attributes.
 ATTR_CONFIG = "config"
+ATTR_PRICE = "price"  #: the run's Price as a dict
+ATTR_SPENT = "spent"  #: money spent by the whole study so far
 ATTR_HPSEARCH_VERSION = "hpsearch_version"

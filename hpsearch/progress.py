@@ -63,6 +63,7 @@ class Progress:
         emit: Where lines go (``print`` by default).
         clock: Seconds, monotonic; injected for tests.
         interval_s: Least time between two status lines.
+        spent: Returns the money spent so far, formatted (shown when given).
     """
 
     metric: str
@@ -70,6 +71,7 @@ class Progress:
     emit: Callable[[str], None]
     clock: Callable[[], float]
     interval_s: float = 10.0
+    spent: Callable[[], str] | None = None
     tally: Tally = field(default_factory=Tally)
 
     def __post_init__(self) -> None:
@@ -86,6 +88,7 @@ class Progress:
             f"[{format_duration(self.clock() - self.started)}] "
             f"{done}/{self.n_trials} done: {t.complete} complete, {t.pruned} pruned, "
             f"{t.failed} failed | {t.running} running | best {self.metric} {best}"
+            + (f" | spent {self.spent()}" if self.spent is not None else "")
         )
 
     def tick(self, running: int) -> None:

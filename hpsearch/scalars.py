@@ -39,3 +39,10 @@ def parse_int_value(value: Any, path: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     raise ConfigError(path, "must be an integer", value)
+
+
+def parse_bool(value: Any, path: str) -> bool:
+    """Return ``value`` if it is a YAML boolean; anything else is an error."""
+    if not isinstance(value, bool):
+        raise ConfigError(path, "must be true or false", value)
+    return value

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Union
 
 from hpsearch.errors import ConfigError
 from hpsearch.keys import RESERVED_PREFIX
-from hpsearch.scalars import parse_float_value, parse_int_value
+from hpsearch.scalars import parse_bool, parse_float_value, parse_int_value
 
 #: Largest grid a float ``step`` may produce; finer steps are effectively continuous.
 MAX_GRID_POINTS = 100_000
@@ -187,12 +187,6 @@ class Space(Mapping[str, Param]):
 # Parsing (called by hpsearch.config for the ``space`` key).
 
 
-def _bool(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(path, "must be true or false", value)
-    return value
-
-
 def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> None:
     for key in raw:
         if key not in allowed:
@@ -207,7 +201,7 @@ def _parse_numeric(raw: Mapping[str, Any], path: str, is_int: bool) -> Param:
     _check_keys(raw, ("type", "low", "high", "log", "step"), path)
     low = number(raw["low"], f"{path}.low")
     high = number(raw["high"], f"{path}.high")
-    log = _bool(raw.get("log", False), f"{path}.log")
+    log = parse_bool(raw.get("log", False), f"{path}.log")
     step_raw = raw.get("step")
     step = None if step_raw is None else number(step_raw, f"{path}.step")
     if low > high:

@@ -1,10 +1,12 @@
-"""The Ray Tune scheduler adapter: every pruning decision passes through here.
+"""The Ray Tune scheduler adapter: every stop decision passes through here.
 
 :class:`RecordingScheduler` wraps the scheduler that decides (FIFO for no pruning, Ray's
-``ASHAScheduler``, or :class:`OptunaPrunerScheduler` around an Optuna pruner). For every
-result it first reports the epoch to the study, then asks the inner scheduler, and when
-that says STOP before the last epoch it records why, so the study marks the trial
-PRUNED. A trial stopped by a scheduler looks like a normal completion to every later Ray
+``ASHAScheduler``, :class:`OptunaPrunerScheduler` around an Optuna pruner, or
+:class:`CostAwareScheduler` around hpsearch's policy). For every result it first reports
+the epoch to the study and the accountant, stops the trial if the budget says so, then
+asks the inner scheduler; when a trial is stopped before its last epoch it records who
+stopped it, why, the predicted final metric and the money saved, so the study marks the
+trial PRUNED. A trial stopped by a scheduler looks like a normal completion to every later Ray
 hook: this record is the only place that knows the difference.
 """
 
@@ -16,8 +18,10 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from hpsearch import keys
 from hpsearch.adapters.study import StudyRecorder
+from hpsearch.budget import Accountant
 from hpsearch.config import Config
 from hpsearch.decisions import Decision, StopRecord
+from hpsearch.policy import Board, CostAwarePolicy, Verdict
 
 #: The one place Decision meets Ray's strings.
 TO_RAY = {
@@ -45,22 +49,72 @@ class OptunaPrunerScheduler(FIFOScheduler):
         return TrialScheduler.CONTINUE
 
 
+class CostAwareScheduler(FIFOScheduler):
+    """Asks :class:`hpsearch.policy.CostAwarePolicy` after each epoch.
+
+    Keeps the board of every curve and feeds the policy each trial's epoch cost
+    relative to its peers' (from the accountant's measured epoch times and the price).
+    """
+
+    def __init__(self, recorder: StudyRecorder, accountant: Accountant,
+                 policy: CostAwarePolicy):
+        super().__init__()
+        self.recorder = recorder
+        self.accountant = accountant
+        self.policy = policy
+        self.board = Board(mode=policy.mode)
+        self.verdicts: dict[str, Verdict] = {}
+
+    def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
+        number = self.recorder.number(trial.trial_id)
+        metric = self.recorder.config.objective.metric
+        if number is None or keys.EPOCH not in result or metric not in result:
+            return TrialScheduler.CONTINUE
+        epoch = int(result[keys.EPOCH])
+        self.board.add(number, epoch, float(result[metric]))
+        peers = [c for t in self.accountant.timing.trials if t != number
+                 and (c := self.accountant.epoch_cost(t)) is not None]
+        verdict = self.policy.decide(self.board, number, epoch,
+                                     self.accountant.epoch_cost(number), peers)
+        if verdict.decision is Decision.STOP:
+            self.verdicts[trial.trial_id] = verdict
+            self.board.stop(number, epoch)
+        return TO_RAY[verdict.decision]
+
+    def on_trial_complete(self, tune_controller, trial, result) -> None:
+        number = self.recorder.number(trial.trial_id)
+        if number is None or trial.trial_id in self.verdicts:
+            return
+        epoch = int((result or {}).get(keys.EPOCH, 0))
+        if epoch >= self.policy.max_epochs:
+            self.board.finish(number)
+        else:  # stopped by the budget: behind from here on
+            self.board.stop(number, epoch)
+
+    def explain(self, trial_id: str) -> tuple[str, float | None] | None:
+        verdict = self.verdicts.get(trial_id)
+        return None if verdict is None else (verdict.reason, verdict.predicted_final)
+
+
 class RecordingScheduler(FIFOScheduler):
-    """Reports each epoch to the study, delegates the decision, records every stop.
+    """Reports each epoch to the study and the accountant, enforces the budget,
+    delegates the pruning decision, and records every stop.
 
     Args:
-        inner: The scheduler that decides.
-        policy: Its name in stop records (``asha``, ``median``, ``none``).
+        inner: The scheduler that decides about pruning.
+        policy: Its name in stop records (``asha``, ``median``, ``cost_aware``, ``none``).
         recorder: The run's study recorder.
+        accountant: The run's money and time.
         max_epochs: A STOP at this epoch is the natural end, not a prune.
     """
 
     def __init__(self, inner: TrialScheduler, policy: str, recorder: StudyRecorder,
-                 max_epochs: int):
+                 accountant: Accountant, max_epochs: int):
         super().__init__()
         self.inner = inner
         self.policy = policy
         self.recorder = recorder
+        self.accountant = accountant
         self.max_epochs = max_epochs
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
@@ -73,22 +127,46 @@ class RecordingScheduler(FIFOScheduler):
     def on_trial_error(self, tune_controller, trial) -> None:
         self.inner.on_trial_error(tune_controller, trial)
 
+    def _account(self, trial_id: str, result: dict[str, Any]) -> int | None:
+        """Feed the accountant and mirror the trial's money into the study."""
+        number = self.recorder.number(trial_id)
+        if number is None or keys.EPOCH not in result:
+            return number
+        epoch = int(result[keys.EPOCH])
+        epoch_s = float(result.get(keys.EPOCH_TIME_S, 0.0))
+        startup = None
+        if int(result.get(keys.START_EPOCH, 0)) == epoch - 1 and keys.TRIAL_TIME_S in result:
+            startup = float(result[keys.TRIAL_TIME_S]) - epoch_s
+        self.accountant.trial_reported(number, epoch, epoch_s, startup)
+        money = self.accountant.ledger.trial_money(number, self.accountant.clock())
+        if money is not None:
+            self.recorder.set_attrs(trial_id, money.attrs())
+        return number
+
     def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
         self.recorder.report(trial.trial_id, result)
-        action = self.inner.on_trial_result(tune_controller, trial, result)
+        number = self._account(trial.trial_id, result)
         epoch = int(result.get(keys.EPOCH, 0))
+        if number is not None and epoch < self.max_epochs:
+            reason = (self.accountant.run_stop_reason()
+                      or self.accountant.trial_stop_reason(number, epoch))
+            if reason is not None:
+                self._record(trial.trial_id, number, epoch, "budget", reason, None)
+                return TrialScheduler.STOP
+        action = self.inner.on_trial_result(tune_controller, trial, result)
         if FROM_RAY.get(action) is Decision.STOP and epoch < self.max_epochs:
-            metric = self.recorder.config.objective.metric
-            self.recorder.mark_stopped(
-                trial.trial_id,
-                StopRecord(
-                    policy=self.policy,
-                    epoch=epoch,
-                    reason=f"stopped at epoch {epoch}/{self.max_epochs} with "
-                    f"{metric}={result.get(metric)!r}",
-                ),
-            )
+            explained = getattr(self.inner, "explain", lambda _: None)(trial.trial_id)
+            if explained is None:
+                metric = self.recorder.config.objective.metric
+                explained = (f"stopped at epoch {epoch}/{self.max_epochs} with "
+                             f"{metric}={result.get(metric)!r}", None)
+            self._record(trial.trial_id, number, epoch, self.policy, *explained)
         return action
+
+    def _record(self, trial_id: str, number: int | None, epoch: int, policy: str,
+                reason: str, predicted: float | None) -> None:
+        saved = None if number is None else self.accountant.cost_to_finish(number, epoch)
+        self.recorder.mark_stopped(trial_id, StopRecord(policy, epoch, reason, predicted, saved))
 
     def on_trial_complete(self, tune_controller, trial, result) -> None:
         self.inner.on_trial_complete(tune_controller, trial, result)
@@ -103,7 +181,8 @@ class RecordingScheduler(FIFOScheduler):
         return f"hpsearch {self.policy}: {self.inner.debug_string()}"
 
 
-def build_scheduler(config: Config, recorder: StudyRecorder) -> RecordingScheduler:
+def build_scheduler(config: Config, recorder: StudyRecorder,
+                    accountant: Accountant) -> RecordingScheduler:
     """The scheduler for ``config.pruning.policy``, wrapped so every stop is recorded."""
     pruning = config.pruning
     if pruning.policy == "asha":
@@ -123,6 +202,13 @@ def build_scheduler(config: Config, recorder: StudyRecorder) -> RecordingSchedul
                 n_warmup_steps=pruning.min_epochs,
             ),
         )
+    elif pruning.policy == "cost_aware":
+        inner = CostAwareScheduler(recorder, accountant, CostAwarePolicy(
+            mode=config.objective.mode,
+            max_epochs=config.max_epochs,
+            min_epochs=pruning.min_epochs,
+            aggressiveness=pruning.aggressiveness,
+        ))
     else:
         inner = FIFOScheduler()
-    return RecordingScheduler(inner, pruning.policy, recorder, config.max_epochs)
+    return RecordingScheduler(inner, pruning.policy, recorder, accountant, config.max_epochs)

@@ -18,20 +18,35 @@ from ray.tune.stopper import Stopper
 
 from hpsearch import keys
 from hpsearch.adapters.study import StudyRecorder
+from hpsearch.budget import Accountant, Admission
 from hpsearch.errors import TrialSetupError
+from hpsearch.ledger import DONE, FAILED, STOPPED
 
 log = logging.getLogger(__name__)
 
 
 class StudySearcher(Searcher):
-    """Proposes each new trial's params by asking the Optuna study (its sampler)."""
+    """Proposes each new trial's params by asking the Optuna study (its sampler), once
+    the accountant admits a new trial under the budget."""
 
-    def __init__(self, recorder: StudyRecorder, metric: str, mode: str):
+    def __init__(self, recorder: StudyRecorder, accountant: Accountant, metric: str,
+                 mode: str):
         super().__init__(metric=metric, mode=mode)
         self.recorder = recorder
+        self.accountant = accountant
+        self.closed_reason: str | None = None
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        verdict = self.accountant.admission()
+        if verdict.admission is Admission.CLOSED:
+            if self.closed_reason is None:
+                self.closed_reason = verdict.reason
+                log.info("no more trials: %s", verdict.reason)
+            return Searcher.FINISHED
+        if verdict.admission is Admission.WAIT:
+            return None
         number, params, seed = self.recorder.ask(trial_id)
+        self.accountant.trial_admitted(number)
         return {**params, keys.TRIAL_NUMBER: number, keys.TRIAL_SEED: seed}
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
@@ -76,27 +91,50 @@ def error_summary(trial: Any) -> tuple[str, bool]:
 
 
 class StudyCallback(Callback):
-    """Tells the study how each trial ended, and counts outcomes for the progress view.
+    """Bills each trial in the ledger and tells the study how it ended.
 
     A :class:`~hpsearch.errors.TrialSetupError` (the trainable's contract broken, the
     objective never logged) would fail every trial the same way: it aborts the run.
     """
 
-    def __init__(self, recorder: StudyRecorder, on_end=None):
+    def __init__(self, recorder: StudyRecorder, accountant: Accountant, on_end=None):
         self.recorder = recorder
+        self.accountant = accountant
         self.on_end = on_end
         self.abort_reason: str | None = None
 
+    def _money(self, number: int | None) -> dict[str, Any]:
+        if number is None:
+            return {}
+        money = self.accountant.ledger.trial_money(number)
+        return {} if money is None else money.attrs()
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        number = self.recorder.number(trial.trial_id)
+        if number is not None:
+            self.accountant.trial_started(number)
+
+    def on_trial_recover(self, iteration, trials, trial, **info) -> None:
+        # The process died; Ray restarts the trial from its checkpoint (a new interval).
+        number = self.recorder.number(trial.trial_id)
+        if number is not None:
+            self.accountant.trial_ended(number, FAILED)
+
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         number = self.recorder.number(trial.trial_id)
-        state = self.recorder.complete(trial.trial_id, trial.last_result)
+        if number is not None:
+            stopped = self.recorder.stop_of(trial.trial_id) is not None
+            self.accountant.trial_ended(number, STOPPED if stopped else DONE)
+        state = self.recorder.complete(trial.trial_id, trial.last_result, self._money(number))
         if state is not None and self.on_end:
             self.on_end(number, state, trial.last_result, None)
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         number = self.recorder.number(trial.trial_id)
+        if number is not None:
+            self.accountant.trial_ended(number, FAILED)
         text, setup = error_summary(trial)
-        state = self.recorder.fail(trial.trial_id, text)
+        state = self.recorder.fail(trial.trial_id, text, self._money(number))
         if setup and self.abort_reason is None:
             self.abort_reason = text
         if state is not None and self.on_end:

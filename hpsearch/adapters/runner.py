@@ -19,6 +19,7 @@ from typing import Any
 
 from hpsearch import keys
 from hpsearch.errors import TrialSetupError
+from hpsearch.runtime import epoch_estimate
 
 #: File name of the Lightning checkpoint inside each Tune checkpoint directory.
 CHECKPOINT_FILE = "trial.ckpt"
@@ -36,6 +37,7 @@ class TrialSpec:
         gpu: GPUs reserved per trial (> 0 trains on CUDA).
         log_dir: Folder for ``trial-<number>.log`` (the trial's log records); None or
             unreachable from the trial's node: no file.
+        price_per_hour: Price of one trial-hour, for the expected cost to finish.
     """
 
     trainable: str
@@ -44,6 +46,7 @@ class TrialSpec:
     cpu: float = 1.0
     gpu: float = 0.0
     log_dir: str | None = None
+    price_per_hour: float = 0.0
 
 
 def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
@@ -95,6 +98,7 @@ def _callbacks(spec: TrialSpec, trial_number: int) -> list[Any]:
             self.process_started = time.monotonic()
 
             self.start_epoch = 0
+            self.epoch_times: list[float] = []
 
         def on_train_start(self, trainer, pl_module) -> None:
             # After a restore, current_epoch is the first epoch this process trains.
@@ -122,6 +126,11 @@ def _callbacks(spec: TrialSpec, trial_number: int) -> list[Any]:
             metrics[keys.EPOCH_TIME_S] = now - self.epoch_started
             metrics[keys.TRIAL_TIME_S] = now - self.process_started
             metrics[keys.START_EPOCH] = self.start_epoch
+            self.epoch_times.append(metrics[keys.EPOCH_TIME_S])
+            remaining = max(0, spec.max_epochs - metrics[keys.EPOCH]) * (
+                epoch_estimate(self.epoch_times) or 0.0)
+            metrics[keys.REMAINING_S] = remaining
+            metrics[keys.COST_TO_FINISH] = remaining * spec.price_per_hour / 3600.0
             with tempfile.TemporaryDirectory(prefix="hps-ckpt-") as tmp:
                 trainer.save_checkpoint(os.path.join(tmp, CHECKPOINT_FILE), weights_only=False)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))

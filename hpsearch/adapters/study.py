@@ -218,15 +218,38 @@ class StudyRecorder:
             live.stop = stop
             self.stops[ray_trial_id] = stop
             live.trial.set_user_attr(keys.ATTR_STOP_REASON, f"{stop.policy}: {stop.reason}")
+            if stop.predicted_final is not None:
+                live.trial.set_user_attr(keys.ATTR_PREDICTED_FINAL, stop.predicted_final)
+            if stop.saved_cost is not None:
+                live.trial.set_user_attr(keys.ATTR_SAVED_COST, stop.saved_cost)
 
-    def complete(self, ray_trial_id: str, last_result: dict[str, Any] | None) -> TrialState | None:
-        """Tell the final state of a trial that ended without error; return it."""
+    def set_attrs(self, ray_trial_id: str, attrs: dict[str, Any]) -> None:
+        """Set user attributes of a live trial (e.g. its money so far)."""
+        with self._lock:
+            live = self._live.get(ray_trial_id)
+            if live is None:
+                return
+            for key, value in attrs.items():
+                live.trial.set_user_attr(key, value)
+
+    def stop_of(self, ray_trial_id: str) -> StopRecord | None:
+        live = self._live.get(ray_trial_id)
+        return None if live is None else live.stop
+
+    def complete(self, ray_trial_id: str, last_result: dict[str, Any] | None,
+                 attrs: dict[str, Any] | None = None) -> TrialState | None:
+        """Tell the final state of a trial that ended without error; return it.
+
+        ``attrs`` (e.g. its final money) are set before the state is told.
+        """
         if last_result:
             self.report(ray_trial_id, last_result)
         with self._lock:
             live = self._live.pop(ray_trial_id, None)
             if live is None:
                 return None
+            for key, value in (attrs or {}).items():
+                live.trial.set_user_attr(key, value)
             live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
             if live.last_value is None:
                 live.trial.set_user_attr(keys.ATTR_ERROR, "trial ended without reporting an epoch")
@@ -243,12 +266,15 @@ class StudyRecorder:
             self.study.tell(live.trial, live.last_value)
             return TrialState.COMPLETE
 
-    def fail(self, ray_trial_id: str, error: str) -> TrialState | None:
+    def fail(self, ray_trial_id: str, error: str,
+             attrs: dict[str, Any] | None = None) -> TrialState | None:
         """Tell FAIL for a trial that raised, with its error text as a user attribute."""
         with self._lock:
             live = self._live.pop(ray_trial_id, None)
             if live is None:
                 return None
+            for key, value in (attrs or {}).items():
+                live.trial.set_user_attr(key, value)
             live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
             live.trial.set_user_attr(keys.ATTR_ERROR, error[:2000])
             self.study.tell(live.trial, state=TrialState.FAIL)

@@ -1,0 +1,247 @@
+"""Cost-aware pruning: stop a trial when its chance of ending best no longer pays for
+the money its remaining training will cost.
+
+Pure module, stop-only, curve-based (see "Pruning on real curves" in the design notes).
+At each epoch from 2 on, a trial is ranked against every trial seen at that epoch so far
+(trials stopped earlier count as behind it), on its value plus a small bonus for still
+improving. It is kept if it ranks within a share of them that starts generous, while
+epoch-1 and epoch-2 values are close to noise, and narrows as the curves show their
+shape (:func:`keep_fraction`). Money enters in how sure the policy must be, not in the
+yardstick: a trial whose remaining epochs cost more than its peers' must rank higher to
+be kept (the share shrinks with the square root of its cost ratio), a cheap one may rank
+lower, and the leader is always kept, however slow. Once a trial has finished, a guard
+stops trials whose optimistic extrapolation cannot reach the incumbent.
+
+One knob, ``aggressiveness`` (default 1): the kept share is raised to this power, so 2
+keeps about its square (stops more, cheaper, riskier) and 0.5 its square root.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from hpsearch.decisions import Decision
+
+#: Kept share by epoch: generous while epoch values are noise, steep from epoch 10 to 20.
+ABSOLUTE_SCHEDULE = ((2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04))
+#: The same schedule by progress (epoch / max_epochs) as measured on 52-epoch curves,
+#: so long runs are not cut on absolute epochs alone.
+RELATIVE_SCHEDULE = ((2 / 52, 0.70), (5 / 52, 0.40), (10 / 52, 0.20), (20 / 52, 0.04))
+#: Fraction of the last epoch's gain added to a trial's value when ranking.
+IMPROVEMENT_BONUS = 0.5
+#: Fewest trials seen at an epoch before ranks there stop anyone.
+MIN_PEERS = 5
+#: Bounds of the cost adjustment of the kept share (a factor on it).
+COST_FACTOR_RANGE = (1 / 3, 3.0)
+
+
+def _interpolate(schedule: tuple[tuple[float, float], ...], x: float) -> float:
+    """Log-linear interpolation of the kept share; flat beyond the ends."""
+    xs = [p[0] for p in schedule]
+    if x <= xs[0]:
+        return schedule[0][1]
+    if x >= xs[-1]:
+        return schedule[-1][1]
+    i = bisect.bisect_right(xs, x)
+    (x0, y0), (x1, y1) = schedule[i - 1], schedule[i]
+    t = (x - x0) / (x1 - x0)
+    return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+
+
+def cost_factor(ratio: float | None) -> float:
+    """Factor on the kept share for a trial whose epochs cost ``ratio`` x the median.
+
+    ``1 / sqrt(ratio)``, bounded by :data:`COST_FACTOR_RANGE`: a trial 4x as expensive
+    must rank in half the share, one 4x as cheap may rank in twice it.
+    """
+    if not ratio:
+        return 1.0
+    low, high = COST_FACTOR_RANGE
+    return min(high, max(low, 1.0 / math.sqrt(ratio)))
+
+
+def keep_fraction(epoch: int, max_epochs: int, aggressiveness: float = 1.0) -> float:
+    """Share of the trials seen at ``epoch`` that is kept (before the cost adjustment)."""
+    share = max(_interpolate(ABSOLUTE_SCHEDULE, epoch),
+                _interpolate(RELATIVE_SCHEDULE, epoch / max_epochs))
+    return share ** aggressiveness
+
+
+@dataclass
+class Board:
+    """Every trial's curve so far, in the metric's own direction.
+
+    Values are stored as scores where higher is better (negated for ``mode: min``).
+    """
+
+    mode: str = "max"
+    scores: dict[int, dict[int, float]] = field(default_factory=dict)
+    stopped_at: dict[int, int] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+
+    def sign(self) -> float:
+        return 1.0 if self.mode == "max" else -1.0
+
+    def add(self, trial: int, epoch: int, value: float) -> None:
+        """Record ``trial``'s metric after ``epoch`` (repeats keep the first value)."""
+        if value is None or math.isnan(value):
+            return
+        self.scores.setdefault(trial, {}).setdefault(epoch, self.sign() * value)
+
+    def stop(self, trial: int, epoch: int) -> None:
+        """``trial`` was stopped after ``epoch``: it counts as behind at later epochs."""
+        self.stopped_at[trial] = epoch
+
+    def finish(self, trial: int) -> None:
+        """``trial`` trained to its last epoch."""
+        self.finished.add(trial)
+
+    def ranked_score(self, trial: int, epoch: int) -> float | None:
+        """Score at ``epoch`` plus the improvement bonus over the epoch before."""
+        curve = self.scores.get(trial, {})
+        if epoch not in curve:
+            return None
+        gain = curve[epoch] - curve.get(epoch - 1, curve[epoch])
+        return curve[epoch] + IMPROVEMENT_BONUS * max(0.0, gain)
+
+    def final(self, trial: int) -> float | None:
+        curve = self.scores.get(trial)
+        return curve[max(curve)] if curve else None
+
+    def incumbent(self) -> float | None:
+        finals = [f for t in self.finished if (f := self.final(t)) is not None]
+        return max(finals) if finals else None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A policy's decision about one trial after one epoch.
+
+    Attributes:
+        decision: CONTINUE or STOP.
+        reason: Why, in one sentence (empty for CONTINUE).
+        predicted_final: The metric the trial was expected to end at (metric units).
+    """
+
+    decision: Decision
+    reason: str = ""
+    predicted_final: float | None = None
+
+
+CONTINUE = Verdict(Decision.CONTINUE)
+
+
+@dataclass
+class CostAwarePolicy:
+    """The decision rule; see the module docstring.
+
+    Args:
+        mode: ``max`` or ``min``.
+        max_epochs: Epochs of a full trial.
+        min_epochs: No decision before this epoch (and never before epoch 2).
+        aggressiveness: Exponent on the kept share (1 = default).
+    """
+
+    mode: str
+    max_epochs: int
+    min_epochs: int = 1
+    aggressiveness: float = 1.0
+
+    def decide(self, board: Board, trial: int, epoch: int,
+               cost_rate: float | None = None,
+               peer_cost_rates: list[float] | None = None) -> Verdict:
+        """Decide whether ``trial`` (already on the board at ``epoch``) goes on.
+
+        Args:
+            board: Every curve so far.
+            trial: The trial reporting.
+            epoch: Epochs it has completed.
+            cost_rate: What one more epoch of this trial costs (any unit).
+            peer_cost_rates: The same for the other trials of the run.
+        """
+        if epoch >= self.max_epochs or epoch < max(2, self.min_epochs):
+            return CONTINUE
+        own = board.ranked_score(trial, epoch)
+        if own is None:
+            return CONTINUE
+        predicted = self._predict(board, trial, epoch)
+        guard = self._guard(board, trial, epoch, predicted)
+        if guard is not None:
+            return guard
+        scores = [s for t in board.scores
+                  if t != trial and (s := board.ranked_score(t, epoch)) is not None]
+        behind = sum(1 for t, at in board.stopped_at.items() if at < epoch and t != trial)
+        n = len(scores) + behind + 1
+        if n < MIN_PEERS:
+            return CONTINUE
+        rank = 1 + sum(1 for s in scores if s > own)
+        if rank == 1:
+            return CONTINUE
+        share = keep_fraction(epoch, self.max_epochs, self.aggressiveness)
+        ratio = self._cost_ratio(cost_rate, peer_cost_rates)
+        factor = cost_factor(ratio)
+        kept = max(1, math.ceil(min(1.0, share * factor) * n))
+        if rank <= kept:
+            return CONTINUE
+        note = f" x{factor:.2f}: its epochs cost {ratio:.2f}x the median" if ratio else ""
+        return Verdict(
+            Decision.STOP,
+            f"rank {rank}/{n} at epoch {epoch}/{self.max_epochs}; keeps the top {kept} "
+            f"({share:.0%}{note})",
+            self._to_metric(board, predicted),
+        )
+
+    # -- parts --------------------------------------------------------------------------
+
+    @staticmethod
+    def _cost_ratio(cost_rate: float | None, peers: list[float] | None) -> float | None:
+        """This trial's epoch cost over the median of its peers', or None if unknown."""
+        peers = [p for p in (peers or []) if p and p > 0]
+        if not cost_rate or cost_rate <= 0 or not peers:
+            return None
+        return cost_rate / statistics.median(peers)
+
+    def _gains(self, board: Board, epoch: int) -> list[float]:
+        """How much finished trials gained from ``epoch`` to their end (score units)."""
+        gains = []
+        for t in board.finished:
+            curve = board.scores.get(t, {})
+            if epoch in curve:
+                gains.append(curve[max(curve)] - curve[epoch])
+        return gains
+
+    def _predict(self, board: Board, trial: int, epoch: int) -> float:
+        """Expected final score: now plus what finished trials typically gained from here."""
+        now = board.scores[trial][epoch]
+        gains = self._gains(board, epoch)
+        return now + (statistics.median(gains) if gains else 0.0)
+
+    def _guard(self, board: Board, trial: int, epoch: int, predicted: float) -> Verdict | None:
+        """Stop a trial that cannot reach the incumbent even on an optimistic path."""
+        incumbent = board.incumbent()
+        gains = self._gains(board, epoch)
+        if incumbent is None or not gains:
+            return None
+        curve = board.scores[trial]
+        now = curve[epoch]
+        lookback = min(3, epoch - 1)
+        before = curve.get(epoch - lookback)
+        slope = 0.0 if before is None or lookback == 0 else max(0.0, (now - before) / lookback)
+        reach = max(max(gains), slope * (self.max_epochs - epoch))
+        optimistic = now + max(0.0, reach)
+        if optimistic >= incumbent:
+            return None
+        sign = board.sign()
+        return Verdict(
+            Decision.STOP,
+            f"cannot reach the best finished trial ({sign * incumbent:.4g}): even an "
+            f"optimistic path ends at {sign * optimistic:.4g} (epoch {epoch}/{self.max_epochs})",
+            self._to_metric(board, predicted),
+        )
+
+    @staticmethod
+    def _to_metric(board: Board, score: float) -> float:
+        return board.sign() * score
