@@ -22,6 +22,7 @@ examples:
   python -m hpsearch run search_spaces/digits_mlp.yaml
   python -m hpsearch run search_spaces/digits_mlp.yaml --set search.n_trials=4
   python -m hpsearch validate search_spaces/digits_mlp.yaml
+  python -m hpsearch catalog --gpu a100 --spot
   optuna-dashboard sqlite:///runs/digits-mlp/optuna.db
 """
 
@@ -55,6 +56,19 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds between status lines (default 10)",
     )
 
+    catalog = sub.add_parser(
+        "catalog",
+        help="list the price catalogue's offers, cheapest first",
+        description="List rentable offers from the price catalogue, cheapest first. Prices "
+                    "are per instance-hour; a trial pays its share of the instance.",
+    )
+    catalog.add_argument("--gpu", metavar="NAME", help="GPU model contains NAME (a100, 4090)")
+    catalog.add_argument("--spot", action="store_true", help="rank by spot price")
+    catalog.add_argument("--max-price", metavar="X", type=float, help="at most X per hour")
+    catalog.add_argument("--currency", metavar="CODE", help="only offers in this currency")
+    catalog.add_argument("--catalog", metavar="FILE",
+                         help="a CSV extending or overriding the packaged catalogue")
+
     validate = sub.add_parser(
         "validate",
         help="check a space.yaml (and its trainable path) without running anything",
@@ -81,13 +95,44 @@ def _validate(args: argparse.Namespace) -> int:
 
     from hpsearch import config as config_mod
 
+    from hpsearch import pricing
+    from hpsearch.budget import fmt_money
+
     config = config_mod.load(args.space, args.overrides)
+    price = pricing.resolve(config)
     if not args.no_import:
         from hpsearch.trainable import resolve
 
         resolve(config.trainable)
     sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    print(f"ok: {args.space} is valid ({len(config.space)} parameters)", file=sys.stderr)
+    print(f"ok: {args.space} is valid ({len(config.space)} parameters); a trial-hour costs "
+          f"{fmt_money(price.per_hour, price.currency)} on {price.instance}"
+          f"{' (spot)' if price.spot else ''}", file=sys.stderr)
+    return 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from hpsearch import catalog as catalog_mod
+    from hpsearch.progress import text_table
+
+    catalog = catalog_mod.load(args.catalog)
+    offers = catalog.search(gpu=args.gpu, spot=args.spot, max_price=args.max_price,
+                            currency=args.currency.upper() if args.currency else None)
+    if not offers:
+        print("no offer matches", file=sys.stderr)
+        return 1
+
+    def price(value: float | None) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    rows = [[o.key, o.gpu_model or "-", str(o.gpu_count), price(o.gpu_memory_gb),
+             o.currency, price(o.on_demand_per_hour), price(o.spot_per_hour),
+             o.interruption_band or "-", f"{o.billing_granularity_s}s/min {o.min_billing_s}s",
+             o.region or "-", o.snapshot_date] for o in offers]
+    header = ["instance", "gpu", "n", "mem_gb", "cur", "on_demand/h", "spot/h", "interrupt",
+              "billing", "region", "snapshot"]
+    for line in text_table(header, rows):
+        print(line)
     return 0
 
 
@@ -106,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "catalog":
+            return _catalog(args)
         return _run(args)
     except HpsearchError as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)

@@ -9,8 +9,9 @@ epoch-1 and epoch-2 values are close to noise, and narrows as the curves show th
 shape (:func:`keep_fraction`). Money enters in how sure the policy must be, not in the
 yardstick: a trial whose remaining epochs cost more than its peers' must rank higher to
 be kept (the share shrinks with the square root of its cost ratio), a cheap one may rank
-lower, and the leader is always kept, however slow. Once a trial has finished, a guard
-stops trials whose optimistic extrapolation cannot reach the incumbent.
+lower, and the leader is always kept, however slow. Once trials have finished, a guard
+stops trials whose optimistic extrapolation (the largest gain a finished curve made from
+this epoch on, or the trial's own recent slope continued) cannot reach the incumbent.
 
 One knob, ``aggressiveness`` (default 1): the kept share is raised to this power, so 2
 keeps about its square (stops more, cheaper, riskier) and 0.5 its square root.
@@ -34,6 +35,8 @@ RELATIVE_SCHEDULE = ((2 / 52, 0.70), (5 / 52, 0.40), (10 / 52, 0.20), (20 / 52, 
 IMPROVEMENT_BONUS = 0.5
 #: Fewest trials seen at an epoch before ranks there stop anyone.
 MIN_PEERS = 5
+#: Finished curves the incumbent guard needs before it trusts their gains.
+MIN_FINISHED = 2
 #: Bounds of the cost adjustment of the kept share (a factor on it).
 COST_FACTOR_RANGE = (1 / 3, 3.0)
 
@@ -223,7 +226,7 @@ class CostAwarePolicy:
         """Stop a trial that cannot reach the incumbent even on an optimistic path."""
         incumbent = board.incumbent()
         gains = self._gains(board, epoch)
-        if incumbent is None or not gains:
+        if incumbent is None or len(gains) < MIN_FINISHED:
             return None
         curve = board.scores[trial]
         now = curve[epoch]

@@ -109,6 +109,15 @@ class Progress:
         self.emit(line)
 
 
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned fixed-width columns, a dashed rule under the header, no trailing space."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [list(header), ["-" * w for w in widths], *rows]
+    return [fmt.format(*line).rstrip() for line in lines]
+
+
 def top_table(rows: Sequence[dict[str, Any]], metric: str, params: Iterable[str],
               limit: int = 5) -> list[str]:
     """Render the best trials as a fixed-width text table (already sorted best first).
@@ -127,8 +136,4 @@ def top_table(rows: Sequence[dict[str, Any]], metric: str, params: Iterable[str]
         ]
         for r in rows[:limit]
     ]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
-              for i, h in enumerate(header)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [header, ["-" * w for w in widths], *body]
-    return [fmt.format(*line).rstrip() for line in lines]
+    return text_table(header, body)

@@ -26,6 +26,12 @@ PURE_MODULES = [
     "hpsearch.progress",
     "hpsearch.cli",
     "hpsearch.trainable",
+    "hpsearch.catalog",
+    "hpsearch.pricing",
+    "hpsearch.ledger",
+    "hpsearch.runtime",
+    "hpsearch.budget",
+    "hpsearch.policy",
 ]
 MARKER = "@@hpsearch-test-result@@"
 

@@ -1,0 +1,395 @@
+"""Unit tests of hpsearch.policy: the cost-aware pruning rule on hand-built curves.
+
+Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hpsearch import policy
+from hpsearch.decisions import Decision
+from hpsearch.policy import Board, CostAwarePolicy, cost_factor, keep_fraction
+
+
+def board(curves: dict[int, list[float]], mode: str = "max",
+          stopped: dict[int, int] | None = None, finished=()) -> Board:
+    """A board from ``{trial: [value after epoch 1, after epoch 2, ...]}``."""
+    b = Board(mode=mode)
+    for trial, curve in curves.items():
+        for epoch, value in enumerate(curve, start=1):
+            b.add(trial, epoch, value)
+    for trial, epoch in (stopped or {}).items():
+        b.stop(trial, epoch)
+    for trial in finished:
+        b.finish(trial)
+    return b
+
+
+def flat(value: float, epochs: int) -> list[float]:
+    return [value] * epochs
+
+
+def field_of(values: list[float], epochs: int, start: int = 0) -> dict[int, list[float]]:
+    """Trials ``start, start+1, ...`` with flat curves at ``values``."""
+    return {start + i: flat(v, epochs) for i, v in enumerate(values)}
+
+
+#: Ten flat trials at epoch 5, trial i at 0.9 - 0.05 i (trial 0 leads, trial 9 last).
+TEN = [0.9 - 0.05 * i for i in range(10)]
+
+
+# ---------------------------------------------------------------------------------------
+# keep_fraction and cost_factor
+
+
+@pytest.mark.parametrize("epoch, share", [(2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04)])
+def test_keep_fraction_schedule_at_52_epochs(epoch, share):
+    assert keep_fraction(epoch, 52) == pytest.approx(share, rel=1e-9)
+
+
+@pytest.mark.parametrize("max_epochs", [3, 10, 52, 200])
+def test_keep_fraction_is_monotone_non_increasing(max_epochs):
+    shares = [keep_fraction(e, max_epochs) for e in range(1, max_epochs + 1)]
+    assert all(a >= b for a, b in zip(shares, shares[1:])), shares
+    assert all(0 < s <= 1 for s in shares)
+
+
+def test_keep_fraction_flat_beyond_the_schedule():
+    assert keep_fraction(1, 52) == pytest.approx(0.70)
+    assert keep_fraction(40, 52) == pytest.approx(0.04)
+
+
+def test_keep_fraction_between_points_is_log_linear():
+    # Halfway from epoch 10 (0.20) to 20 (0.04) in epochs -> the geometric mean.
+    assert keep_fraction(15, 52) == pytest.approx(math.sqrt(0.20 * 0.04))
+
+
+def test_relative_schedule_keeps_long_runs_generous():
+    assert keep_fraction(20, 200) == pytest.approx(0.4, abs=0.02)
+    assert keep_fraction(20, 200) > 5 * keep_fraction(20, 52)
+    assert keep_fraction(100, 200) == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize("epoch", [2, 5, 7, 10, 15, 20])
+def test_aggressiveness_is_an_exponent(epoch):
+    base = keep_fraction(epoch, 52)
+    assert keep_fraction(epoch, 52, aggressiveness=2) == pytest.approx(base ** 2)
+    assert keep_fraction(epoch, 52, aggressiveness=0.5) == pytest.approx(math.sqrt(base))
+
+
+@pytest.mark.parametrize(
+    "ratio, factor",
+    [(None, 1.0), (0, 1.0), (1.0, 1.0), (4.0, 0.5), (0.25, 2.0), (100.0, 1 / 3),
+     (0.001, 3.0), (9.0, 1 / 3), (1 / 9, 3.0)],
+)
+def test_cost_factor(ratio, factor):
+    assert cost_factor(ratio) == pytest.approx(factor)
+
+
+# ---------------------------------------------------------------------------------------
+# When the policy decides nothing
+
+
+def test_bottom_trial_among_ten_at_epoch_5_is_stopped():
+    b = board(field_of(TEN, 5))
+    verdict = CostAwarePolicy("max", max_epochs=52).decide(b, 9, 5)
+    assert verdict.decision is Decision.STOP
+    assert "rank 10/10" in verdict.reason
+    assert "epoch 5/52" in verdict.reason
+    assert "top 4" in verdict.reason
+    assert verdict.predicted_final == pytest.approx(TEN[9])  # no finished trial: as is
+
+
+def test_no_decision_at_epoch_1():
+    b = board(field_of(TEN, 1))
+    assert CostAwarePolicy("max", max_epochs=52).decide(b, 9, 1).decision is Decision.CONTINUE
+
+
+def test_no_decision_at_or_after_the_last_epoch():
+    b = board(field_of(TEN, 5))
+    assert CostAwarePolicy("max", max_epochs=5).decide(b, 9, 5).decision is Decision.CONTINUE
+    assert CostAwarePolicy("max", max_epochs=4).decide(b, 9, 5).decision is Decision.CONTINUE
+    assert CostAwarePolicy("max", max_epochs=6).decide(b, 9, 5).decision is Decision.STOP
+
+
+def test_no_decision_below_min_epochs():
+    b = board(field_of(TEN, 5))
+    late = CostAwarePolicy("max", max_epochs=52, min_epochs=6)
+    assert late.decide(b, 9, 5).decision is Decision.CONTINUE
+    on_time = CostAwarePolicy("max", max_epochs=52, min_epochs=5)
+    assert on_time.decide(b, 9, 5).decision is Decision.STOP
+
+
+def test_no_decision_with_fewer_than_min_peers():
+    assert policy.MIN_PEERS == 5
+    few = board(field_of(TEN[:4], 5))
+    assert CostAwarePolicy("max", 52).decide(few, 3, 5).decision is Decision.CONTINUE
+    enough = board(field_of(TEN[:5], 5))
+    verdict = CostAwarePolicy("max", 52).decide(enough, 4, 5)
+    assert verdict.decision is Decision.STOP
+    assert "rank 5/5" in verdict.reason
+
+
+def test_no_decision_for_a_trial_not_on_the_board_at_that_epoch():
+    b = board(field_of(TEN, 5))
+    b.add(99, 1, 0.0)
+    assert CostAwarePolicy("max", 52).decide(b, 99, 5).decision is Decision.CONTINUE
+
+
+def test_trials_not_yet_at_the_epoch_do_not_count():
+    curves = field_of(TEN[:4], 5)
+    curves.update(field_of([0.95] * 6, 3, start=10))  # ahead in value, behind in epochs
+    b = board(curves)
+    assert CostAwarePolicy("max", 52).decide(b, 3, 5).decision is Decision.CONTINUE
+
+
+# ---------------------------------------------------------------------------------------
+# The leader, the stopped and the cost adjustment
+
+
+def test_leader_is_kept_even_when_very_expensive():
+    b = board(field_of(TEN, 10))
+    pol = CostAwarePolicy("max", max_epochs=52, aggressiveness=3)
+    verdict = pol.decide(b, 0, 10, cost_rate=1000.0, peer_cost_rates=[1.0] * 9)
+    assert verdict.decision is Decision.CONTINUE
+    # ... while the runner-up at the same price is not.
+    assert pol.decide(b, 1, 10, cost_rate=1000.0,
+                      peer_cost_rates=[1.0] * 9).decision is Decision.STOP
+
+
+def test_ties_share_the_better_rank():
+    b = board(field_of([0.9, 0.9, 0.9, 0.9, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1], 5))
+    assert CostAwarePolicy("max", 52).decide(b, 4, 5).decision is Decision.CONTINUE
+
+
+def test_trials_stopped_earlier_count_as_behind():
+    running = field_of([0.9, 0.85, 0.8, 0.7, 0.6], 5)
+    pol = CostAwarePolicy("max", max_epochs=52)
+    # Among five running peers at epoch 5 the 4th is cut (the top 2 are kept).
+    verdict = pol.decide(board(running), 3, 5)
+    assert verdict.decision is Decision.STOP and "rank 4/5" in verdict.reason
+    # Five peers that were stopped at epoch 3 count as behind it: rank 4 of 10 is kept.
+    early = field_of([0.95, 0.95, 0.95, 0.95, 0.95], 3, start=10)
+    stopped = {t: 3 for t in early}
+    assert pol.decide(board({**running, **early}, stopped=stopped), 3, 5).decision \
+        is Decision.CONTINUE
+    # The same peers still running behind in epochs do not count.
+    assert pol.decide(board({**running, **early}), 3, 5).decision is Decision.STOP
+
+
+def test_a_trial_stopped_at_this_epoch_is_ranked_by_its_value():
+    running = field_of([0.9, 0.85, 0.8, 0.7, 0.6], 5)
+    at_five = field_of([0.95] * 5, 5, start=10)
+    stopped = {t: 5 for t in at_five}  # stopped after epoch 5: they are ahead here
+    verdict = CostAwarePolicy("max", 52).decide(board({**running, **at_five},
+                                                      stopped=stopped), 3, 5)
+    assert verdict.decision is Decision.STOP
+    assert "rank 9/10" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "trial, cost_rate, expected",
+    [
+        # 10 trials at epoch 5 keep the top 4; 4x as expensive keeps the top 2; 4x as
+        # cheap the top 8.
+        (2, None, Decision.CONTINUE),
+        (2, 4.0, Decision.STOP),
+        (2, 0.25, Decision.CONTINUE),
+        (5, None, Decision.STOP),
+        (5, 4.0, Decision.STOP),
+        (5, 0.25, Decision.CONTINUE),
+        (7, 0.25, Decision.CONTINUE),
+        (8, 0.25, Decision.STOP),
+    ],
+)
+def test_cost_adjusts_how_high_a_trial_must_rank(trial, cost_rate, expected):
+    b = board(field_of(TEN, 5))
+    peers = [1.0] * 9
+    verdict = CostAwarePolicy("max", 52).decide(b, trial, 5, cost_rate=cost_rate,
+                                                peer_cost_rates=peers)
+    assert verdict.decision is expected
+    if expected is Decision.STOP and cost_rate == 4.0:
+        assert "x0.50" in verdict.reason and "4.00x the median" in verdict.reason
+
+
+def test_unknown_peer_costs_leave_the_share_alone():
+    b = board(field_of(TEN, 5))
+    pol = CostAwarePolicy("max", 52)
+    for peers in (None, [], [0.0, -1.0]):
+        assert pol.decide(b, 2, 5, cost_rate=4.0, peer_cost_rates=peers).decision \
+            is Decision.CONTINUE
+
+
+def test_aggressiveness_cuts_deeper():
+    b = board(field_of(TEN, 5))
+    assert CostAwarePolicy("max", 52).decide(b, 3, 5).decision is Decision.CONTINUE
+    assert CostAwarePolicy("max", 52, aggressiveness=2).decide(b, 3, 5).decision \
+        is Decision.STOP  # 0.4^2 x 10 -> top 2
+
+
+# ---------------------------------------------------------------------------------------
+# The improvement bonus
+
+
+def test_improving_trial_outranks_a_slightly_higher_flat_one():
+    curves = field_of([0.9, 0.9, 0.9], 5)
+    curves[3] = [0.5, 0.6, 0.65, 0.70, 0.80]  # +0.10 in the last epoch -> 0.85 ranked
+    curves[4] = flat(0.82, 5)
+    curves.update(field_of([0.5] * 5, 5, start=5))
+    b = board(curves)
+    assert b.ranked_score(3, 5) == pytest.approx(0.85)
+    assert b.ranked_score(4, 5) == pytest.approx(0.82)
+    pol = CostAwarePolicy("max", 52)
+    assert pol.decide(b, 3, 5).decision is Decision.CONTINUE  # rank 4 of 10
+    verdict = pol.decide(b, 4, 5)
+    assert verdict.decision is Decision.STOP and "rank 5/10" in verdict.reason
+
+
+def test_no_bonus_for_getting_worse():
+    b = board({0: [0.9, 0.5]})
+    assert b.ranked_score(0, 2) == pytest.approx(0.5)
+    assert b.ranked_score(0, 1) == pytest.approx(0.9)
+    assert b.ranked_score(0, 3) is None
+
+
+# ---------------------------------------------------------------------------------------
+# Minimisation
+
+
+def test_min_mode_stops_the_highest_loss_and_predicts_in_metric_units():
+    losses = [0.1 + 0.05 * i for i in range(10)]  # trial 0 best (lowest)
+    b = board(field_of(losses, 5), mode="min")
+    pol = CostAwarePolicy("min", 52)
+    verdict = pol.decide(b, 9, 5)
+    assert verdict.decision is Decision.STOP
+    assert "rank 10/10" in verdict.reason
+    assert verdict.predicted_final == pytest.approx(losses[9])  # positive, as logged
+    assert pol.decide(b, 0, 5).decision is Decision.CONTINUE
+
+
+def test_min_mode_improvement_is_a_falling_loss():
+    b = board({0: [1.0, 0.8]}, mode="min")
+    assert b.ranked_score(0, 2) == pytest.approx(-0.8 + 0.5 * 0.2)
+
+
+def test_min_mode_prediction_adds_typical_remaining_gain():
+    # Finished trials fell by 0.2 in loss after epoch 5 (0.5 -> 0.3, 0.6 -> 0.4).
+    curves = {100: [0.9, 0.7, 0.6, 0.55, 0.5, 0.4, 0.3],
+              101: [1.0, 0.8, 0.7, 0.65, 0.6, 0.5, 0.4]}
+    losses = [0.5 + 0.05 * i for i in range(10)]
+    curves.update(field_of(losses, 5))
+    b = board(curves, mode="min", finished=(100, 101))
+    assert b.incumbent() == pytest.approx(-0.3)
+    verdict = CostAwarePolicy("min", max_epochs=7).decide(b, 9, 5)
+    assert verdict.decision is Decision.STOP
+    assert verdict.predicted_final == pytest.approx(losses[9] - 0.2)
+
+
+# ---------------------------------------------------------------------------------------
+# The incumbent guard
+
+
+def _guarded_board(candidate: list[float]) -> Board:
+    """A finished trial at 0.95 and one at 0.81; finished curves gain <= 0.02 after
+    epoch 3; the candidate is trial 7."""
+    curves = {
+        1: [0.50, 0.80, 0.93, 0.94, 0.94, 0.94, 0.945, 0.95, 0.95, 0.95],
+        2: [0.40, 0.70, 0.80, 0.80, 0.80, 0.80, 0.81, 0.81, 0.81, 0.81],
+        7: candidate,
+    }
+    return board(curves, finished=(1, 2))
+
+
+def test_guard_stops_a_flat_trial_that_cannot_reach_the_incumbent():
+    b = _guarded_board([0.60, 0.60, 0.60])
+    assert b.incumbent() == pytest.approx(0.95)
+    verdict = CostAwarePolicy("max", max_epochs=10).decide(b, 7, 3)
+    assert verdict.decision is Decision.STOP
+    assert "cannot reach" in verdict.reason
+    assert "0.95" in verdict.reason
+    # Expected final: now + the median gain of finished trials from epoch 3 (0.02, 0.01).
+    assert verdict.predicted_final == pytest.approx(0.615)
+
+
+def test_guard_spares_a_trial_rising_fast_enough():
+    # Slope 0.06/epoch x 7 epochs left = 0.42: 0.60 could reach 1.02 >= 0.95.
+    b = _guarded_board([0.48, 0.54, 0.60])
+    assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
+
+
+def test_guard_stops_a_trial_rising_too_slowly():
+    # Slope 0.04 x 7 = 0.28: at best 0.88 < 0.95.
+    b = _guarded_board([0.52, 0.56, 0.60])
+    verdict = CostAwarePolicy("max", 10).decide(b, 7, 3)
+    assert verdict.decision is Decision.STOP and "cannot reach" in verdict.reason
+
+
+def test_guard_spares_a_trial_within_the_typical_gain():
+    b = _guarded_board([0.90, 0.93, 0.935])
+    assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
+
+
+def test_no_guard_before_any_trial_finished():
+    b = _guarded_board([0.60, 0.60, 0.60])
+    b.finished.clear()
+    assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
+
+
+def test_guard_needs_min_finished_curves():
+    # One finished curve is too little evidence of how much trials gain late.
+    b = _guarded_board([0.60, 0.60, 0.60])
+    assert policy.MIN_FINISHED == 2
+    b.finished.discard(2)
+    assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
+    b.finish(2)
+    assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.STOP
+
+
+def test_guard_in_min_mode():
+    curves = {1: [0.9, 0.5, 0.32, 0.31, 0.3], 2: [1.0, 0.7, 0.5, 0.5, 0.49],
+              5: [2.0, 2.0, 2.0]}
+    b = board(curves, mode="min", finished=(1, 2))
+    verdict = CostAwarePolicy("min", max_epochs=5).decide(b, 5, 3)
+    assert verdict.decision is Decision.STOP
+    assert "cannot reach" in verdict.reason and "0.3" in verdict.reason
+    # Loss gains from epoch 3 of the finished curves: 0.02 and 0.01 -> median 0.015.
+    assert verdict.predicted_final == pytest.approx(1.985)
+
+
+# ---------------------------------------------------------------------------------------
+# Board bookkeeping
+
+
+def test_repeated_add_keeps_the_first_value():
+    b = Board()
+    b.add(0, 1, 0.5)
+    b.add(0, 1, 0.9)
+    assert b.scores == {0: {1: 0.5}}
+
+
+def test_nan_and_none_are_ignored():
+    b = Board()
+    b.add(0, 1, float("nan"))
+    b.add(0, 2, None)
+    assert b.scores == {}
+    b.add(0, 1, 0.3)
+    assert b.scores == {0: {1: 0.3}}
+
+
+def test_min_board_stores_negated_scores():
+    b = Board(mode="min")
+    b.add(0, 1, 0.25)
+    assert b.scores[0][1] == -0.25
+    assert b.final(0) == -0.25
+
+
+def test_final_and_incumbent():
+    b = board({0: [0.1, 0.5, 0.4], 1: [0.2, 0.3]}, finished=(0,))
+    assert b.final(0) == 0.4  # the last epoch's value, not the best
+    assert b.final(1) == 0.3
+    assert b.final(2) is None
+    assert b.incumbent() == 0.4
+    assert Board().incumbent() is None
