@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import io
 import math
 from dataclasses import dataclass
 from importlib import resources
@@ -90,7 +89,10 @@ class Offer:
             if self.gpu_count <= 0:
                 raise ConfigError("resources.gpu", f"{self.key} has no GPU", gpu)
             return min(1.0, gpu / self.gpu_count)
-        cpus = self.vcpus or node_cpus
+        # Only owned machines are priced by whatever node they are; a rented GPU row
+        # without vCPUs is priced per GPU.
+        cpus = self.vcpus or (node_cpus if self.provider == "local" or not self.gpu_count
+                              else None)
         if not cpus:
             raise ConfigError(
                 "pricing.instance",
@@ -125,7 +127,11 @@ class Catalog:
         if len(matches) > 1:
             keys = ", ".join(sorted(o.key for o in matches))
             raise ConfigError(field, f"is ambiguous; use one of {keys}", name)
-        names = list(self.offers) + [o.instance for o in self.offers.values()]
+        # Suggest names that resolve: bare instance names only where they are unique.
+        counts: dict[str, int] = {}
+        for o in self.offers.values():
+            counts[o.instance] = counts.get(o.instance, 0) + 1
+        names = sorted(set(self.offers) | {i for i, c in counts.items() if c == 1})
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else (
             "; `python -m hpsearch catalog` lists them")
@@ -150,7 +156,7 @@ class Catalog:
                 continue
             if max_price is not None and price > max_price:
                 continue
-            if currency and offer.currency != currency:
+            if currency and offer.currency != currency.upper():
                 continue
             out.append((offer.currency, price, offer.key, offer))
         return [o for *_, o in sorted(out, key=lambda t: t[:3])]
@@ -178,15 +184,22 @@ def parse_catalog(text: str, origin: str) -> Catalog:
     Raises:
         ConfigError: naming ``origin:line`` and the column for any bad row.
     """
-    lines = [ln for ln in io.StringIO(text) if not ln.lstrip().startswith("#")]
-    reader = csv.DictReader(lines)
-    header = tuple(reader.fieldnames or ())
+    # Comments and blank lines are skipped, but errors name the physical line.
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1)
+                if line.strip() and not line.lstrip().startswith("#")]
+    if not numbered:
+        raise ConfigError(origin, "catalogue is empty")
+    header = tuple(c.strip() for c in next(csv.reader([numbered[0][1]])))
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise ConfigError(origin, f"catalogue misses columns: {', '.join(missing)}")
     offers = []
-    for i, row in enumerate(reader, start=2):
-        where = f"{origin}:{i}"
+    for n, line in numbered[1:]:
+        where = f"{origin}:{n}"
+        cells = next(csv.reader([line]))
+        if len(cells) != len(header):
+            raise ConfigError(where, f"has {len(cells)} fields, the header has {len(header)}")
+        row = dict(zip(header, cells))
         provider, instance = row["provider"].strip(), row["instance"].strip()
         if not provider or not instance:
             raise ConfigError(where, "provider and instance are required")

@@ -122,8 +122,9 @@ class Ledger:
         self.currency = currency
         self.intervals: list[Interval] = []
         self._open: dict[int, Interval] = {}
+        self._cut_to: int | None = None  # bytes of complete lines, if a crash cut one
         if self.path is not None and self.path.exists():
-            self._replay(self.path.read_text(encoding="utf-8").splitlines())
+            self._replay(self.path.read_bytes())
 
     # -- events -----------------------------------------------------------------------
 
@@ -220,27 +221,47 @@ class Ledger:
     def _write(self, event: dict) -> None:
         if self.path is None:
             return
+        if self._cut_to is not None:
+            # Drop the half line a crash left before appending after it.
+            with self.path.open("r+b") as f:
+                f.truncate(self._cut_to)
+            self._cut_to = None
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(event, sort_keys=True) + "\n")
 
-    def _replay(self, lines: list[str]) -> None:
-        for n, line in enumerate(lines, start=1):
-            if not line.strip():
+    def _replay(self, data: bytes) -> None:
+        lines = data.split(b"\n")
+        offset = 0
+        for n, raw in enumerate(lines, start=1):
+            start, offset = offset, offset + len(raw) + 1
+            if not raw.strip():
                 continue
+            last = n == len(lines)  # no newline after it: the write never completed
             try:
-                event = json.loads(line)
+                self._replay_event(json.loads(raw))
             except json.JSONDecodeError:
-                if n == len(lines):
-                    break  # a line cut short by a crash: the event never completed
+                if last:
+                    self._cut_to = start
+                    break
                 raise HpsearchError(f"{self.path}:{n}: corrupt ledger line") from None
-            kind = event.pop("event")
-            if kind == "open":
-                interval = Interval(**event)
-                self._check_currency(interval.currency)
-                self._apply(interval)
-            elif kind == "checkpoint" and event["trial"] in self._open:
-                self._open[event["trial"]].checkpoint_s = event["at_s"]
-            elif kind == "close" and event["trial"] in self._open:
+            except CurrencyError:
+                raise
+            except (KeyError, TypeError, AttributeError, ValueError):
+                raise HpsearchError(f"{self.path}:{n}: corrupt ledger line") from None
+
+    def _replay_event(self, event: dict) -> None:
+        kind = event.pop("event")
+        if kind == "open":
+            interval = Interval(**event)
+            self._check_currency(interval.currency)
+            self._apply(interval)
+        elif kind == "checkpoint":
+            if event["trial"] in self._open:
+                self._open[event["trial"]].checkpoint_s = float(event["at_s"])
+        elif kind == "close":
+            if event["trial"] in self._open:
                 interval = self._open.pop(event["trial"])
-                interval.end_s = event["at_s"]
+                interval.end_s = float(event["at_s"])
                 interval.outcome = event["outcome"]
+        else:
+            raise ValueError(kind)

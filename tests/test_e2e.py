@@ -160,6 +160,9 @@ def test_interrupted_trial_resumes_exactly(ray_cluster, in_tmp):
     assert sorted(crashed.intermediate_values) == [1, 2, 3, 4, 5]
     assert crashed.intermediate_values == clean.intermediate_values
     assert crashed.value == clean.value
+    # The work lost between the last checkpoint and the crash is billed as wasted.
+    assert crashed.user_attrs["wasted_cost"] > 0
+    assert clean.user_attrs["wasted_cost"] == 0
 
 
 def test_failing_trial_is_fail_and_the_search_goes_on(ray_cluster, in_tmp):
