@@ -237,6 +237,34 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
+class LightningBackend:
+    """How trials run: the default backend trains the trainable with Lightning.
+
+    A backend supplies the Ray Tune function each trial runs, the clock money is counted
+    on, and any Tune callbacks it needs. The benchmark's replay backend swaps in
+    recorded learning curves and a simulated clock, so the whole scheduling path
+    (sampler, pruning policy, cost model, budget, study) runs unchanged on them.
+    """
+
+    def check(self, config) -> None:
+        """Validate what this backend needs before anything is written."""
+        from hpsearch.trainable import resolve
+
+        resolve(config.trainable)
+
+    def trainable(self, spec):
+        from hpsearch.adapters import runner
+
+        return runner.train
+
+    def clock(self) -> float:
+        """Seconds on the clock the ledger bills by (wall-clock time: it outlives runs)."""
+        return time.time()
+
+    def callbacks(self) -> list:
+        return []
+
+
 def _largest_node_cpus(nodes: list[dict[str, Any]]) -> float | None:
     cpus = [n.get("Resources", {}).get("CPU", 0.0) for n in nodes if n.get("Alive")]
     return max(cpus) if cpus else None
@@ -249,6 +277,7 @@ def run(
     *,
     emit: Callable[[str], None] | None = print,
     progress_interval_s: float = 10.0,
+    backend: Any = None,
 ) -> RunResult:
     """Run (or continue) a search: the Python form of ``python -m hpsearch run``.
 
@@ -260,6 +289,7 @@ def run(
             ``search.n_trials`` and its ledger toward ``budget.max_cost``.
         emit: Receives progress lines; ``None`` for silence.
         progress_interval_s: Least seconds between two status lines.
+        backend: How trials run; default :class:`LightningBackend` (for benchmarks).
 
     Returns:
         A :class:`RunResult` with the study, the best trial and the run dir.
@@ -271,11 +301,11 @@ def run(
     """
     from hpsearch import pricing
     from hpsearch.ledger import Ledger
-    from hpsearch.trainable import resolve
 
     out = emit or (lambda line: None)
+    backend = backend or LightningBackend()
     config = config_mod.load(source, overrides)
-    resolve(config.trainable)
+    backend.check(config)
     pricing.resolve(config)  # unknown instance, missing price: before anything starts
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
@@ -291,7 +321,7 @@ def run(
         run_path.mkdir(parents=True, exist_ok=True)
         handler = _attach_log(run_path)
         try:
-            session = _Session(config, run_path, url, price, ledger, out)
+            session = _Session(config, run_path, url, price, ledger, out, backend)
             return session.run(continuing, concurrency, progress_interval_s)
         finally:
             _detach_log(handler)
@@ -305,7 +335,7 @@ class _Session:
     """One invocation of ``run`` on a run dir: wires the adapters and runs the Tuner."""
 
     def __init__(self, config, run_path: Path, url: str, price, ledger,
-                 out: Callable[[str], None]):
+                 out: Callable[[str], None], backend):
         from hpsearch.budget import Accountant
 
         self.config = config
@@ -313,8 +343,9 @@ class _Session:
         self.url = url
         self.price = price
         self.out = out
+        self.backend = backend
         self.accountant = Accountant(price, config.budget, ledger, config.max_epochs,
-                                     time.time)
+                                     backend.clock)
         self.stop_reason: str | None = None
 
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
@@ -329,7 +360,7 @@ class _Session:
         try:
             recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
             orphans = recorder.fail_orphans(ORPHAN_REASON)
-            self.accountant.ledger.close_all(time.time(), FAILED)
+            self.accountant.ledger.close_all(self.backend.clock(), FAILED)
             done_before = recorder.finished_count()
             remaining = config.search.n_trials - done_before
             if continuing and (done_before or orphans):
@@ -396,7 +427,7 @@ class _Session:
             price_per_hour=price.per_hour,
         )
         trainable = tune.with_resources(
-            tune.with_parameters(runner.train, spec=spec),
+            tune.with_parameters(self.backend.trainable(spec), spec=spec),
             {"cpu": config.resources.cpu, "gpu": config.resources.gpu},
         )
         tune_dir = self.run_path / "tune"
@@ -419,7 +450,7 @@ class _Session:
                 verbose=0,
                 log_to_file=True,
                 stop=AbortStopper(study_cb),
-                callbacks=[study_cb, ProgressCallback(progress)],
+                callbacks=[study_cb, ProgressCallback(progress), *self.backend.callbacks()],
                 failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
@@ -427,7 +458,7 @@ class _Session:
         tuner.fit()
         out(progress.status())
         leftover = recorder.unfinished()
-        self.accountant.ledger.close_all(time.time(), FAILED)
+        self.accountant.ledger.close_all(self.backend.clock(), FAILED)
         for trial_id in leftover:
             recorder.fail(trial_id, "run aborted" if study_cb.abort_reason
                           else INTERRUPTED_REASON)

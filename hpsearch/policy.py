@@ -24,19 +24,35 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from hpsearch.decisions import Decision
+
+if TYPE_CHECKING:
+    from hpsearch.budget import Accountant
 
 #: Kept share by epoch: generous while epoch values are noise, steep from epoch 10 to 20.
 ABSOLUTE_SCHEDULE = ((2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04))
 #: The same schedule by progress (epoch / max_epochs) as measured on 52-epoch curves,
 #: so long runs are not cut on absolute epochs alone.
 RELATIVE_SCHEDULE = ((2 / 52, 0.70), (5 / 52, 0.40), (10 / 52, 0.20), (20 / 52, 0.04))
-#: Fraction of the last epoch's gain added to a trial's value when ranking.
-IMPROVEMENT_BONUS = 0.5
-#: Fewest trials seen at an epoch before ranks there stop anyone.
-MIN_PEERS = 5
+#: Epochs of a trial's recent slope (over up to SLOPE_EPOCHS) added to its value when
+#: ranking: a trial still improving is judged a little ahead of where it stands.
+IMPROVEMENT_BONUS = 4.0
+SLOPE_EPOCHS = 3
+#: Fewest trials seen at an epoch before ranks there stop anyone (4 lets the first
+#: trials of a 4-worker search judge each other instead of all running to the end).
+MIN_PEERS = 4
 #: Finished curves the incumbent guard needs before it trusts their gains.
 MIN_FINISHED = 2
+#: The guard's reach (largest finished recovery, or own slope continued) is multiplied
+#: by this.
+GUARD_OPTIMISM = 1.5
+#: No guard decision before this epoch.
+GUARD_FROM = 2
+#: The cost adjustment ramps in linearly from epoch 2 to this epoch (early values are
+#: noise: money should not decide on them).
+COST_FULL_FROM = 10
 #: Bounds of the cost adjustment of the kept share (a factor on it).
 COST_FACTOR_RANGE = (1 / 3, 3.0)
 
@@ -102,13 +118,21 @@ class Board:
         """``trial`` trained to its last epoch."""
         self.finished.add(trial)
 
+    def slope(self, trial: int, epoch: int) -> float:
+        """Mean gain per epoch over the last (up to) SLOPE_EPOCHS epochs; 0 if falling."""
+        curve = self.scores.get(trial, {})
+        back = min(SLOPE_EPOCHS, epoch - 1)
+        before = curve.get(epoch - back)
+        if back <= 0 or before is None or epoch not in curve:
+            return 0.0
+        return max(0.0, (curve[epoch] - before) / back)
+
     def ranked_score(self, trial: int, epoch: int) -> float | None:
-        """Score at ``epoch`` plus the improvement bonus over the epoch before."""
+        """Score at ``epoch`` plus IMPROVEMENT_BONUS epochs of its recent slope."""
         curve = self.scores.get(trial, {})
         if epoch not in curve:
             return None
-        gain = curve[epoch] - curve.get(epoch - 1, curve[epoch])
-        return curve[epoch] + IMPROVEMENT_BONUS * max(0.0, gain)
+        return curve[epoch] + IMPROVEMENT_BONUS * self.slope(trial, epoch)
 
     def final(self, trial: int) -> float | None:
         curve = self.scores.get(trial)
@@ -185,7 +209,8 @@ class CostAwarePolicy:
             return CONTINUE
         share = keep_fraction(epoch, self.max_epochs, self.aggressiveness)
         ratio = self._cost_ratio(cost_rate, peer_cost_rates)
-        factor = cost_factor(ratio)
+        ramp = min(1.0, max(0.0, (epoch - 1) / max(1, COST_FULL_FROM - 1)))
+        factor = cost_factor(ratio) ** ramp
         kept = max(1, math.ceil(min(1.0, share * factor) * n))
         if rank <= kept:
             return CONTINUE
@@ -223,18 +248,23 @@ class CostAwarePolicy:
         return now + (statistics.median(gains) if gains else 0.0)
 
     def _guard(self, board: Board, trial: int, epoch: int, predicted: float) -> Verdict | None:
-        """Stop a trial that cannot reach the incumbent even on an optimistic path."""
+        """Stop a trial that cannot reach the incumbent even on an optimistic path.
+
+        Optimistic: from the best value the trial has shown so far (curves dip mid-run
+        and recover), plus the larger of the largest recovery a finished curve made after
+        this epoch (its final minus its lowest value from here) and the trial's own
+        recent slope continued to the last epoch, times GUARD_OPTIMISM.
+        """
         incumbent = board.incumbent()
-        gains = self._gains(board, epoch)
-        if incumbent is None or len(gains) < MIN_FINISHED:
+        finished = [board.scores[t] for t in board.finished if epoch in board.scores.get(t, {})]
+        if incumbent is None or len(finished) < MIN_FINISHED or epoch < GUARD_FROM:
             return None
         curve = board.scores[trial]
-        now = curve[epoch]
-        lookback = min(3, epoch - 1)
-        before = curve.get(epoch - lookback)
-        slope = 0.0 if before is None or lookback == 0 else max(0.0, (now - before) / lookback)
-        reach = max(max(gains), slope * (self.max_epochs - epoch))
-        optimistic = now + max(0.0, reach)
+        peak = max(v for e, v in curve.items() if e <= epoch)
+        recovery = max(c[max(c)] - min(v for e, v in c.items() if e >= epoch)
+                       for c in finished)
+        slope_reach = board.slope(trial, epoch) * (self.max_epochs - epoch)
+        optimistic = peak + GUARD_OPTIMISM * max(0.0, recovery, slope_reach)
         if optimistic >= incumbent:
             return None
         sign = board.sign()
@@ -248,3 +278,37 @@ class CostAwarePolicy:
     @staticmethod
     def _to_metric(board: Board, score: float) -> float:
         return board.sign() * score
+
+
+class CostAwarePruner:
+    """The cost-aware policy as a running search keeps it: the board of curves and the
+    accountant's measured epoch costs. The Ray scheduler adapter and the simulator both
+    drive this one object, so they decide alike.
+
+    Args:
+        policy: The decision rule.
+        accountant: The run's money; its measured epoch times give the cost rates.
+    """
+
+    def __init__(self, policy: CostAwarePolicy, accountant: "Accountant"):
+        self.policy = policy
+        self.accountant = accountant
+        self.board = Board(mode=policy.mode)
+
+    def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
+        """Record ``trial``'s value after ``epoch`` and decide (feed the accountant first)."""
+        self.board.add(trial, epoch, value)
+        peers = [c for t in self.accountant.timing.trials if t != trial
+                 and (c := self.accountant.epoch_cost(t)) is not None]
+        verdict = self.policy.decide(self.board, trial, epoch,
+                                     self.accountant.epoch_cost(trial), peers)
+        if verdict.decision is Decision.STOP:
+            self.board.stop(trial, epoch)
+        return verdict
+
+    def on_end(self, trial: int, epoch: int) -> None:
+        """``trial`` left its worker after ``epoch`` (finished, or stopped by someone else)."""
+        if epoch >= self.policy.max_epochs:
+            self.board.finish(trial)
+        elif trial not in self.board.stopped_at:
+            self.board.stop(trial, epoch)

@@ -21,7 +21,7 @@ from hpsearch.adapters.study import StudyRecorder
 from hpsearch.budget import Accountant
 from hpsearch.config import Config
 from hpsearch.decisions import Decision, StopRecord
-from hpsearch.policy import Board, CostAwarePolicy, Verdict
+from hpsearch.policy import CostAwarePolicy, CostAwarePruner, Verdict
 
 #: The one place Decision meets Ray's strings.
 TO_RAY = {
@@ -50,19 +50,13 @@ class OptunaPrunerScheduler(FIFOScheduler):
 
 
 class CostAwareScheduler(FIFOScheduler):
-    """Asks :class:`hpsearch.policy.CostAwarePolicy` after each epoch.
+    """Asks :class:`hpsearch.policy.CostAwarePruner` after each epoch (the same object
+    the simulator drives), translating Ray trial ids to study numbers."""
 
-    Keeps the board of every curve and feeds the policy each trial's epoch cost
-    relative to its peers' (from the accountant's measured epoch times and the price).
-    """
-
-    def __init__(self, recorder: StudyRecorder, accountant: Accountant,
-                 policy: CostAwarePolicy):
+    def __init__(self, recorder: StudyRecorder, pruner: CostAwarePruner):
         super().__init__()
         self.recorder = recorder
-        self.accountant = accountant
-        self.policy = policy
-        self.board = Board(mode=policy.mode)
+        self.pruner = pruner
         self.verdicts: dict[str, Verdict] = {}
 
     def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
@@ -70,26 +64,15 @@ class CostAwareScheduler(FIFOScheduler):
         metric = self.recorder.config.objective.metric
         if number is None or keys.EPOCH not in result or metric not in result:
             return TrialScheduler.CONTINUE
-        epoch = int(result[keys.EPOCH])
-        self.board.add(number, epoch, float(result[metric]))
-        peers = [c for t in self.accountant.timing.trials if t != number
-                 and (c := self.accountant.epoch_cost(t)) is not None]
-        verdict = self.policy.decide(self.board, number, epoch,
-                                     self.accountant.epoch_cost(number), peers)
+        verdict = self.pruner.on_result(number, int(result[keys.EPOCH]), float(result[metric]))
         if verdict.decision is Decision.STOP:
             self.verdicts[trial.trial_id] = verdict
-            self.board.stop(number, epoch)
         return TO_RAY[verdict.decision]
 
     def on_trial_complete(self, tune_controller, trial, result) -> None:
         number = self.recorder.number(trial.trial_id)
-        if number is None or trial.trial_id in self.verdicts:
-            return
-        epoch = int((result or {}).get(keys.EPOCH, 0))
-        if epoch >= self.policy.max_epochs:
-            self.board.finish(number)
-        else:  # stopped by the budget: behind from here on
-            self.board.stop(number, epoch)
+        if number is not None:
+            self.pruner.on_end(number, int((result or {}).get(keys.EPOCH, 0)))
 
     def explain(self, trial_id: str) -> tuple[str, float | None] | None:
         verdict = self.verdicts.get(trial_id)
@@ -203,12 +186,12 @@ def build_scheduler(config: Config, recorder: StudyRecorder,
             ),
         )
     elif pruning.policy == "cost_aware":
-        inner = CostAwareScheduler(recorder, accountant, CostAwarePolicy(
+        inner = CostAwareScheduler(recorder, CostAwarePruner(CostAwarePolicy(
             mode=config.objective.mode,
             max_epochs=config.max_epochs,
             min_epochs=pruning.min_epochs,
             aggressiveness=pruning.aggressiveness,
-        ))
+        ), accountant))
     else:
         inner = FIFOScheduler()
     return RecordingScheduler(inner, pruning.policy, recorder, accountant, config.max_epochs)

@@ -1,0 +1,240 @@
+"""Benchmark: pruning policies priced on real learning curves with real epoch times.
+
+For each task and seed, a pool of N configurations (default 200) is drawn; every policy
+searches the same pool in the same seeded order with the same number of workers and the
+same price, in simulated time (:mod:`hpsearch.simulate`). The target is the pool's best
+final validation accuracy minus 0.5 percentage points: what training every configuration
+to the end would find. Per run:
+
+* ``hit``: a trial trained to its last epoch reached the target; ``money_to_hit`` is all
+  busy worker time until that moment (epochs in flight included) x the price;
+* ``regret_pp``: pool best minus the best fully trained trial, at the end;
+* ``money``: the whole run's busy worker time x price;
+* ``x_oracle``: money to the hit over the cost of training only the best configuration;
+* ``wasted``: share of the money spent on trials that were not trained to the end.
+
+Quoted: hits over runs, and the median over the runs that hit of money to the hit as a
+share of no pruning's money to the hit on the same task and seed (``x_none``).
+
+    python -m benchmarks.policies [--tasks fashion-mnist covertype higgs helena
+        blood-transfusion] [--seeds 0 1 2 3 4] [--n 200] [--workers 4]
+        [--policies ...] [--data DIR] [--out DIR] [--quick]
+
+Writes ``runs.csv`` (every run), ``summary.md`` (medians per policy) and
+``accuracy_vs_money.png`` (best fully trained accuracy against money, per policy) to
+``--out`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import lcbench, peers
+from hpsearch.simulate import SimResult, simulate
+
+TARGET_PP = 0.5
+PRICE_PER_HOUR = 1.0  # the same for every policy: money is proportional to busy time
+
+
+def run_metrics(pool: lcbench.Pool, result: SimResult) -> dict:
+    """The figures of one simulated run (money in price units)."""
+    finals = pool.finals()
+    best = float(finals.max())
+    target = best - TARGET_PP
+    hit_times = [t for trial, t in result.completed.items() if finals[trial] >= target]
+    t_hit = min(hit_times) if hit_times else None
+    trained = [finals[t] for t in result.completed]
+    total = result.busy_s()
+    wasted = sum(result.trial_busy_s(t) for t in result.epochs_done
+                 if t not in result.completed)
+    oracle = pool.curves[pool.best()].cum_time_s[-1]
+    money_to_hit = result.busy_s(t_hit) if t_hit is not None else None
+    return {
+        "hit": t_hit is not None,
+        "money_to_hit": None if money_to_hit is None else money_to_hit * PRICE_PER_HOUR / 3600,
+        "regret_pp": best - max(trained) if trained else best,
+        "money": total * PRICE_PER_HOUR / 3600,
+        "x_oracle": None if money_to_hit is None else money_to_hit / oracle,
+        "wasted": wasted / total if total else 0.0,
+        "trained_fully": len(result.completed),
+        "epochs": sum(result.epochs_done.values()),
+        "sim_hours": result.end_s / 3600,
+    }
+
+
+def anytime(pool: lcbench.Pool, result: SimResult) -> list[tuple[float, float]]:
+    """(money, best fully trained accuracy) at each completion, in time order."""
+    finals = pool.finals()
+    points, best = [], -np.inf
+    for trial, t in sorted(result.completed.items(), key=lambda kv: kv[1]):
+        best = max(best, finals[trial])
+        points.append((result.busy_s(t) * PRICE_PER_HOUR / 3600, best))
+    return points
+
+
+def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None):
+    """Every (task, seed, policy) run; returns the rows and the anytime curves."""
+    rows, curves = [], {}
+    for task in tasks:
+        for seed in seeds:
+            pool = lcbench.load_pool(task, n, seed, data)
+            order = list(np.random.default_rng([seed, 1]).permutation(n))
+            max_epochs = max(c.epochs for c in pool.curves)
+            for policy in policies:
+                scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n, seed=seed,
+                                       **(options or {}))
+                started = time.perf_counter()
+                result = simulate(pool.curves, order, workers, scheduler)
+                row = {"task": task, "seed": seed, "policy": policy, "n": n,
+                       "workers": workers, **run_metrics(pool, result),
+                       "wall_s": time.perf_counter() - started}
+                rows.append(row)
+                curves[(task, seed, policy)] = anytime(pool, result)
+            base = next(r for r in rows if (r["task"], r["seed"], r["policy"])
+                        == (task, seed, "none")) if "none" in policies else None
+            for r in rows:
+                if (r["task"], r["seed"]) == (task, seed):
+                    r["x_none"] = (r["money_to_hit"] / base["money_to_hit"]
+                                   if base and r["hit"] and base["hit"] else None)
+                    log(f"{task:18s} seed {seed} {r['policy']:17s} hit {str(r['hit']):5s} "
+                        f"x_none {fmt(r['x_none'])} regret {r['regret_pp']:.2f} pp")
+    return rows, curves
+
+
+def fmt(x, digits=2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def summarise(rows: list[dict], policies) -> list[dict]:
+    out = []
+    for policy in policies:
+        mine = [r for r in rows if r["policy"] == policy]
+        hits = [r for r in mine if r["hit"]]
+
+        def med(key, among=hits):
+            values = [r[key] for r in among if r[key] is not None]
+            return statistics.median(values) if values else None
+
+        out.append({"policy": policy, "hits": len(hits), "runs": len(mine),
+                    "x_none": med("x_none"), "x_oracle": med("x_oracle"),
+                    "regret_pp": med("regret_pp", mine), "wasted": med("wasted", mine),
+                    "money_x_none": _money_ratio(rows, mine)})
+    return out
+
+
+def _money_ratio(rows, mine) -> float | None:
+    ratios = []
+    for r in mine:
+        base = next((b for b in rows if b["policy"] == "none" and b["task"] == r["task"]
+                     and b["seed"] == r["seed"]), None)
+        if base:
+            ratios.append(r["money"] / base["money"])
+    return statistics.median(ratios) if ratios else None
+
+
+def dominated_by(summary: list[dict], policy: str) -> list[str]:
+    """Peers both more often right and cheaper (median x_none) than ``policy``."""
+    me = next(s for s in summary if s["policy"] == policy)
+    out = []
+    for s in summary:
+        if s["policy"] == policy or s["x_none"] is None or me["x_none"] is None:
+            continue
+        if s["hits"] >= me["hits"] and s["x_none"] <= me["x_none"] and (
+                s["hits"] > me["hits"] or s["x_none"] < me["x_none"]):
+            out.append(s["policy"])
+    return out
+
+
+def markdown(summary: list[dict], args) -> str:
+    lines = [
+        f"Tasks {', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
+        f"pools of {args.n}; {args.workers} workers; target = pool best - {TARGET_PP} pp.",
+        "",
+        "| policy | hits | money to hit (x none, median of hits) | x oracle | "
+        "regret pp (median) | wasted share | whole run (x none) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        lines.append(f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+                     f"{fmt(s['x_oracle'])} | {fmt(s['regret_pp'])} | {fmt(s['wasted'])} | "
+                     f"{fmt(s['money_x_none'])} |")
+    if any(s["policy"] == "cost_aware" for s in summary):
+        beaten = dominated_by(summary, "cost_aware")
+        lines += ["", "Peers both more often right and cheaper than cost_aware: "
+                  + (", ".join(beaten) if beaten else "none")]
+    return "\n".join(lines) + "\n"
+
+
+def plot(curves, tasks, seeds, policies, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        seed = seeds[0]
+        for policy in policies:
+            pts = curves.get((task, seed, policy), [])
+            if pts:
+                xs, ys = zip(*pts)
+                ax.step(xs, ys, where="post", label=policy)
+        ax.set_xscale("log")
+        ax.set_title(f"{task} (seed {seed})")
+        ax.set_xlabel("money (busy worker-hours x price)")
+        ax.set_ylabel("best fully trained val acc (%)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Pruning policies priced on real learning curves (simulated time).")
+    parser.add_argument("--tasks", nargs="+",
+                        default=[*lcbench.SURROGATE_TASKS, lcbench.REAL_TASK])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--n", type=int, default=200, help="configurations per pool")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--policies", nargs="+", default=list(peers.PEERS))
+    parser.add_argument("--data", type=Path, default=lcbench.default_data_dir(),
+                        help="benchmark data folder (default $HPSEARCH_BENCHDATA or "
+                             "../shared/benchdata)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--quick", action="store_true",
+                        help="one task, one seed, 60 configurations (CI; under a minute)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.tasks = [args.tasks[0]] if args.tasks != parser.get_default("tasks") else (
+            ["fashion-mnist"] if args.data else ["synthetic"])
+        args.seeds, args.n = [args.seeds[0]], 60
+    try:
+        rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
+                               args.data)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import pandas as pd
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)
+    summary = summarise(rows, args.policies)
+    text = markdown(summary, args)
+    (args.out / "summary.md").write_text(text)
+    plot(curves, args.tasks, args.seeds, args.policies, args.out / "accuracy_vs_money.png")
+    print()
+    print(text)
+    print(f"wrote {args.out / 'runs.csv'}, {args.out / 'summary.md'}, "
+          f"{args.out / 'accuracy_vs_money.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
