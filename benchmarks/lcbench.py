@@ -11,7 +11,7 @@ Data (read-only; never copied into the project), from ``--data DIR`` (default
   about 9% of configurations).
 * ``lcbench_real_blood_transfusion/``: the real LCBench logs of OpenML task 167184
   (public ``ltiao/LCBenchLite``): a pool is N of its 2000 configurations, replayed
-  exactly.
+  exactly (epochs 1..51; the logs' epoch 0 is the untrained model).
 * ``synthetic``: seeded parametric curves with slow starters and 3-11x spread in epoch
   time, built in; it needs no data and checks the machinery (CI), not a claim.
 """
@@ -89,10 +89,14 @@ class Surrogate:
         out: list[dict] = [{} for _ in range(n)]
         for name, h in self.space.items():
             low, high = float(h["lower"]), float(h["upper"])
+            # Integers: draw on [low - 0.5, high + 0.5] and round, so the end values are
+            # as likely as the others (as ConfigSpace does).
+            pad = 0.5 if h["type"] == "uniform_int" else 0.0
+            lo, hi = low - pad, high + pad
             if h.get("log"):
-                draws = np.exp(rng.uniform(math.log(low), math.log(high), n))
+                draws = np.exp(rng.uniform(math.log(lo), math.log(hi), n))
             else:
-                draws = rng.uniform(low, high, n)
+                draws = rng.uniform(lo, hi, n)
             if h["type"] == "uniform_int":
                 draws = np.clip(np.round(draws), low, high)
             for cfg, v in zip(out, draws):
@@ -135,7 +139,8 @@ def real_pool(data: Path, n: int, seed: int) -> Pool:
         configs.index.to_numpy(), size=n, replace=False))
     curves = []
     for trial in trials:
-        rows = metrics.loc[trial].sort_index()
+        # Epoch 0 is the untrained model (learning rate 0, no time): the curve starts at 1.
+        rows = metrics.loc[trial].sort_index().iloc[1:]
         acc = rows["Train/val_accuracy"].to_numpy(dtype=float)
         time = np.maximum.accumulate(np.maximum(rows["time"].to_numpy(dtype=float), 1e-3))
         curves.append(Curve(tuple(acc), tuple(time)))

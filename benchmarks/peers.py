@@ -71,10 +71,11 @@ class IEpoch(NoPruning):
 class RayASHA(NoPruning):
     """Ray Tune's ``ASHAScheduler``, fed the simulated results."""
 
-    def __init__(self, max_epochs: int, grace_period: int = 1, reduction_factor: float = 3):
+    def __init__(self, max_epochs: int, grace_period: int = 1, reduction_factor: float = 3,
+                 name: str = "ray-asha"):
         from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-        self.name = "ray-asha"
+        self.name = name
         self.stop = TrialScheduler.STOP
         self.asha = ASHAScheduler(time_attr="epoch", metric=METRIC, mode="max",
                                   max_t=max_epochs, grace_period=grace_period,
@@ -181,7 +182,7 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, **options) -
     if policy == "ray-asha":
         return RayASHA(max_epochs)
     if policy.startswith("ray-asha-g"):  # a longer grace period: the cautious variant
-        return RayASHA(max_epochs, grace_period=int(policy.rsplit("g", 1)[1]))
+        return RayASHA(max_epochs, grace_period=int(policy.rsplit("g", 1)[1]), name=policy)
     if policy == "optuna-median":
         return OptunaPruning(policy, optuna.pruners.MedianPruner, seed)
     if policy.startswith("optuna-median-w"):  # warm-up epochs: the cautious variant

@@ -40,6 +40,9 @@ RELATIVE_SCHEDULE = ((2 / 52, 0.70), (5 / 52, 0.40), (10 / 52, 0.20), (20 / 52, 
 #: ranking: a trial still improving is judged a little ahead of where it stands.
 IMPROVEMENT_BONUS = 4.0
 SLOPE_EPOCHS = 3
+#: No stop once the epochs left are at most this share of a trial: finishing costs less
+#: than the evidence that it should not.
+FINISH_SHARE = 0.1
 #: Fewest trials seen at an epoch before ranks there stop anyone (4 lets the first
 #: trials of a 4-worker search judge each other instead of all running to the end).
 MIN_PEERS = 4
@@ -189,7 +192,8 @@ class CostAwarePolicy:
             cost_rate: What one more epoch of this trial costs (any unit).
             peer_cost_rates: The same for the other trials of the run.
         """
-        if epoch >= self.max_epochs or epoch < max(2, self.min_epochs):
+        if epoch < max(2, self.min_epochs) or (
+                self.max_epochs - epoch <= FINISH_SHARE * self.max_epochs):
             return CONTINUE
         own = board.ranked_score(trial, epoch)
         if own is None:
@@ -209,7 +213,7 @@ class CostAwarePolicy:
             return CONTINUE
         share = keep_fraction(epoch, self.max_epochs, self.aggressiveness)
         ratio = self._cost_ratio(cost_rate, peer_cost_rates)
-        ramp = min(1.0, max(0.0, (epoch - 1) / max(1, COST_FULL_FROM - 1)))
+        ramp = min(1.0, max(0.0, (epoch - 2) / max(1, COST_FULL_FROM - 2)))
         factor = cost_factor(ratio) ** ramp
         kept = max(1, math.ceil(min(1.0, share * factor) * n))
         if rank <= kept:

@@ -109,7 +109,8 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
              scheduler: SimScheduler) -> SimResult:
     """Run a search over ``order`` (indices into ``curves``) on ``workers`` workers.
 
-    Ties in simulated time are broken by trial start order, so a run is deterministic.
+    Epoch ends at the same simulated time are taken in the order they were scheduled, so
+    a run is deterministic.
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")

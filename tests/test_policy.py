@@ -42,7 +42,24 @@ TEN = [0.9 - 0.05 * i for i in range(10)]
 
 
 # ---------------------------------------------------------------------------------------
-# keep_fraction and cost_factor
+# Constants, keep_fraction and cost_factor
+
+
+def test_the_tuned_constants_are_pinned():
+    """Tuned on LCBench (see the design notes): changing one is a deliberate act."""
+    assert policy.ABSOLUTE_SCHEDULE == ((2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04))
+    assert policy.RELATIVE_SCHEDULE == tuple((e / 52, s) for e, s in policy.ABSOLUTE_SCHEDULE)
+    assert policy.IMPROVEMENT_BONUS == 4.0
+    assert policy.SLOPE_EPOCHS == 3
+    assert policy.MIN_PEERS == 4
+    assert policy.MIN_FINISHED == 2
+    assert policy.GUARD_OPTIMISM == 1.5
+    assert policy.GUARD_FROM == 2
+    assert policy.COST_FULL_FROM == 10
+    assert policy.COST_FACTOR_RANGE == (1 / 3, 3.0)
+    assert policy.FINISH_SHARE == 0.1
+
+
 
 
 @pytest.mark.parametrize("epoch, share", [(2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04)])
@@ -124,13 +141,14 @@ def test_no_decision_below_min_epochs():
 
 
 def test_no_decision_with_fewer_than_min_peers():
-    assert policy.MIN_PEERS == 5
-    few = board(field_of(TEN[:4], 5))
-    assert CostAwarePolicy("max", 52).decide(few, 3, 5).decision is Decision.CONTINUE
-    enough = board(field_of(TEN[:5], 5))
-    verdict = CostAwarePolicy("max", 52).decide(enough, 4, 5)
+    # Flat trials at epoch 5, the candidate last: with MIN_PEERS of them it is cut.
+    few = board(field_of(TEN[:policy.MIN_PEERS - 1], 5))
+    last = policy.MIN_PEERS - 2
+    assert CostAwarePolicy("max", 52).decide(few, last, 5).decision is Decision.CONTINUE
+    enough = board(field_of(TEN[:policy.MIN_PEERS], 5))
+    verdict = CostAwarePolicy("max", 52).decide(enough, policy.MIN_PEERS - 1, 5)
     assert verdict.decision is Decision.STOP
-    assert "rank 5/5" in verdict.reason
+    assert f"rank {policy.MIN_PEERS}/{policy.MIN_PEERS}" in verdict.reason
 
 
 def test_no_decision_for_a_trial_not_on_the_board_at_that_epoch():
@@ -140,10 +158,14 @@ def test_no_decision_for_a_trial_not_on_the_board_at_that_epoch():
 
 
 def test_trials_not_yet_at_the_epoch_do_not_count():
-    curves = field_of(TEN[:4], 5)
+    k = policy.MIN_PEERS - 1  # running at epoch 5: one too few to judge
+    curves = field_of(TEN[:k], 5)
     curves.update(field_of([0.95] * 6, 3, start=10))  # ahead in value, behind in epochs
-    b = board(curves)
-    assert CostAwarePolicy("max", 52).decide(b, 3, 5).decision is Decision.CONTINUE
+    pol = CostAwarePolicy("max", 52)
+    assert pol.decide(board(curves), k - 1, 5).decision is Decision.CONTINUE
+    # The same six at epoch 5 are peers: then the candidate ranks last and is cut.
+    curves.update(field_of([0.95] * 6, 5, start=10))
+    assert pol.decide(board(curves), k - 1, 5).decision is Decision.STOP
 
 
 # ---------------------------------------------------------------------------------------
@@ -190,11 +212,15 @@ def test_a_trial_stopped_at_this_epoch_is_ranked_by_its_value():
     assert "rank 9/10" in verdict.reason
 
 
+#: Twenty flat trials at epoch 10 (trial i at 0.9 - 0.01 i): the schedule keeps the top 4.
+TWENTY = [0.9 - 0.01 * i for i in range(20)]
+
+
 @pytest.mark.parametrize(
     "trial, cost_rate, expected",
     [
-        # 10 trials at epoch 5 keep the top 4; 4x as expensive keeps the top 2; 4x as
-        # cheap the top 8.
+        # 20 trials at epoch 10 (where the cost adjustment is in full) keep the top 4;
+        # 4x as expensive keeps the top 2; 4x as cheap the top 8.
         (2, None, Decision.CONTINUE),
         (2, 4.0, Decision.STOP),
         (2, 0.25, Decision.CONTINUE),
@@ -206,13 +232,52 @@ def test_a_trial_stopped_at_this_epoch_is_ranked_by_its_value():
     ],
 )
 def test_cost_adjusts_how_high_a_trial_must_rank(trial, cost_rate, expected):
-    b = board(field_of(TEN, 5))
-    peers = [1.0] * 9
-    verdict = CostAwarePolicy("max", 52).decide(b, trial, 5, cost_rate=cost_rate,
-                                                peer_cost_rates=peers)
+    b = board(field_of(TWENTY, policy.COST_FULL_FROM))
+    peers = [1.0] * 19
+    verdict = CostAwarePolicy("max", 52).decide(b, trial, policy.COST_FULL_FROM,
+                                                cost_rate=cost_rate, peer_cost_rates=peers)
     assert verdict.decision is expected
     if expected is Decision.STOP and cost_rate == 4.0:
         assert "x0.50" in verdict.reason and "4.00x the median" in verdict.reason
+
+
+def test_cost_has_no_effect_at_epoch_2():
+    # Epoch-2 values are noise: money must not decide on them. 20 trials at epoch 2 keep
+    # the top 14 (70%), however expensive or cheap the trial is.
+    b = board(field_of(TWENTY, 2))
+    pol = CostAwarePolicy("max", 52)
+    peers = [1.0] * 19
+    for ratio in (None, 9.0, 100.0):
+        assert pol.decide(b, 13, 2, cost_rate=ratio, peer_cost_rates=peers).decision \
+            is Decision.CONTINUE, ratio
+    for ratio in (None, 1 / 9, 0.01):
+        verdict = pol.decide(b, 14, 2, cost_rate=ratio, peer_cost_rates=peers)
+        assert verdict.decision is Decision.STOP, ratio
+        assert "top 14" in verdict.reason
+    verdict = pol.decide(b, 19, 2, cost_rate=9.0, peer_cost_rates=peers)
+    assert "x1.00: its epochs cost 9.00x the median" in verdict.reason
+
+
+@pytest.mark.parametrize("epoch", [policy.COST_FULL_FROM, policy.COST_FULL_FROM + 1, 20, 40])
+def test_cost_has_full_effect_from_cost_full_from(epoch):
+    b = board(field_of(TWENTY, epoch))
+    pol = CostAwarePolicy("max", 52)
+    for ratio, factor in ((4.0, "x0.50"), (9.0, "x0.33"), (100.0, "x0.33")):
+        verdict = pol.decide(b, 19, epoch, cost_rate=ratio, peer_cost_rates=[1.0] * 19)
+        assert verdict.decision is Decision.STOP
+        assert factor in verdict.reason, verdict.reason
+
+
+def test_cost_effect_grows_between_epoch_2_and_cost_full_from():
+    b = board(field_of(TWENTY, policy.COST_FULL_FROM))
+    pol = CostAwarePolicy("max", 52)
+    factors = []
+    for epoch in range(3, policy.COST_FULL_FROM):
+        verdict = pol.decide(b, 19, epoch, cost_rate=4.0, peer_cost_rates=[1.0] * 19)
+        assert verdict.decision is Decision.STOP
+        factors.append(float(verdict.reason.split(" x")[1].split(":")[0]))
+    assert all(0.5 < f < 1.0 for f in factors), factors
+    assert factors == sorted(factors, reverse=True), factors
 
 
 def test_unknown_peer_costs_leave_the_share_alone():
@@ -236,16 +301,51 @@ def test_aggressiveness_cuts_deeper():
 
 def test_improving_trial_outranks_a_slightly_higher_flat_one():
     curves = field_of([0.9, 0.9, 0.9], 5)
-    curves[3] = [0.5, 0.6, 0.65, 0.70, 0.80]  # +0.10 in the last epoch -> 0.85 ranked
+    # +0.01 per epoch over the last SLOPE_EPOCHS (the jump from epoch 1 is outside it).
+    curves[3] = [0.50, 0.77, 0.78, 0.79, 0.80]
     curves[4] = flat(0.82, 5)
     curves.update(field_of([0.5] * 5, 5, start=5))
     b = board(curves)
-    assert b.ranked_score(3, 5) == pytest.approx(0.85)
+    assert policy.SLOPE_EPOCHS == 3  # the curve above is built for this window
+    assert b.ranked_score(3, 5) == pytest.approx(0.80 + policy.IMPROVEMENT_BONUS * 0.01)
+    assert b.ranked_score(3, 5) > 0.82
     assert b.ranked_score(4, 5) == pytest.approx(0.82)
     pol = CostAwarePolicy("max", 52)
     assert pol.decide(b, 3, 5).decision is Decision.CONTINUE  # rank 4 of 10
     verdict = pol.decide(b, 4, 5)
     assert verdict.decision is Decision.STOP and "rank 5/10" in verdict.reason
+
+
+def test_slope_is_the_mean_gain_over_the_last_slope_epochs():
+    curve = [0.1, 0.3, 0.4, 0.6, 0.7, 0.75]
+    b = board({0: curve})
+    assert b.slope(0, 1) == 0.0  # nothing before epoch 1
+    assert b.slope(0, 2) == pytest.approx(0.2)  # one epoch back
+    assert b.slope(0, 3) == pytest.approx((0.4 - 0.1) / 2)  # two back
+    assert b.slope(0, 4) == pytest.approx((0.6 - 0.1) / 3)
+    # Never further back than SLOPE_EPOCHS (3): epoch 6 looks back to epoch 3.
+    n = policy.SLOPE_EPOCHS
+    assert b.slope(0, 6) == pytest.approx((curve[5] - curve[5 - n]) / n)
+    assert b.slope(0, 6) == pytest.approx((0.75 - 0.4) / 3)
+
+
+def test_slope_is_zero_when_falling_or_unknown():
+    b = board({0: [0.5, 0.9, 0.8, 0.4], 1: [0.2, 0.3]})
+    assert b.slope(0, 4) == 0.0  # 0.9 -> 0.4: falling
+    assert b.slope(0, 3) == pytest.approx((0.8 - 0.5) / 2)  # up over the window
+    assert b.slope(1, 3) == 0.0  # no value at epoch 3
+    assert b.slope(9, 2) == 0.0  # unknown trial
+    gap = Board()
+    gap.add(0, 4, 0.9)  # epoch 1 (three back) missing
+    gap.add(0, 3, 0.1)
+    assert gap.slope(0, 4) == 0.0
+
+
+def test_slope_in_min_mode_is_a_falling_loss():
+    b = board({0: [1.0, 0.9, 0.7, 0.4]}, mode="min")
+    assert b.slope(0, 4) == pytest.approx(0.2)
+    rising = board({0: [0.4, 0.5]}, mode="min")
+    assert rising.slope(0, 2) == 0.0
 
 
 def test_no_bonus_for_getting_worse():
@@ -272,7 +372,7 @@ def test_min_mode_stops_the_highest_loss_and_predicts_in_metric_units():
 
 def test_min_mode_improvement_is_a_falling_loss():
     b = board({0: [1.0, 0.8]}, mode="min")
-    assert b.ranked_score(0, 2) == pytest.approx(-0.8 + 0.5 * 0.2)
+    assert b.ranked_score(0, 2) == pytest.approx(-0.8 + policy.IMPROVEMENT_BONUS * 0.2)
 
 
 def test_min_mode_prediction_adds_typical_remaining_gain():
@@ -315,14 +415,16 @@ def test_guard_stops_a_flat_trial_that_cannot_reach_the_incumbent():
 
 
 def test_guard_spares_a_trial_rising_fast_enough():
-    # Slope 0.06/epoch x 7 epochs left = 0.42: 0.60 could reach 1.02 >= 0.95.
-    b = _guarded_board([0.48, 0.54, 0.60])
+    # Slope 0.04/epoch x 7 epochs left x GUARD_OPTIMISM (1.5) = 0.42: 0.60 -> 1.02 >= 0.95.
+    b = _guarded_board([0.52, 0.56, 0.60])
+    assert 0.60 + policy.GUARD_OPTIMISM * 0.04 * 7 >= 0.95
     assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
 
 
 def test_guard_stops_a_trial_rising_too_slowly():
-    # Slope 0.04 x 7 = 0.28: at best 0.88 < 0.95.
-    b = _guarded_board([0.52, 0.56, 0.60])
+    # Slope 0.03 x 7 x 1.5 = 0.315: at best 0.915 < 0.95.
+    b = _guarded_board([0.54, 0.57, 0.60])
+    assert 0.60 + policy.GUARD_OPTIMISM * 0.03 * 7 < 0.95
     verdict = CostAwarePolicy("max", 10).decide(b, 7, 3)
     assert verdict.decision is Decision.STOP and "cannot reach" in verdict.reason
 
@@ -330,6 +432,61 @@ def test_guard_stops_a_trial_rising_too_slowly():
 def test_guard_spares_a_trial_within_the_typical_gain():
     b = _guarded_board([0.90, 0.93, 0.935])
     assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
+
+
+@pytest.mark.parametrize(
+    "candidate, expected",
+    [
+        # Peaked at 0.94, dipped to 0.84 and not rising: from the peak, the largest
+        # finished recovery after epoch 4 (0.01) x 1.5 reaches 0.955 >= 0.95.
+        ([0.90, 0.94, 0.85, 0.84], Decision.CONTINUE),
+        # The same now, a lower peak: 0.92 + 0.015 < 0.95.
+        ([0.90, 0.92, 0.85, 0.84], Decision.STOP),
+        # Never higher than now: 0.84 + 0.015 < 0.95.
+        ([0.84, 0.84, 0.84, 0.84], Decision.STOP),
+    ],
+)
+def test_guard_starts_from_the_peak_so_far(candidate, expected):
+    b = _guarded_board(candidate)
+    verdict = CostAwarePolicy("max", 10).decide(b, 7, 4)
+    assert verdict.decision is expected
+    if expected is Decision.STOP:
+        assert "cannot reach" in verdict.reason
+
+
+def test_guard_peak_ignores_values_after_the_epoch():
+    b = _guarded_board([0.84, 0.84, 0.84, 0.84, 0.99])
+    verdict = CostAwarePolicy("max", 10).decide(b, 7, 4)
+    assert verdict.decision is Decision.STOP and "cannot reach" in verdict.reason
+
+
+def _recovery_board(finished_curve: list[float]) -> Board:
+    """``finished_curve`` (trial 1) and a slow finished curve (trial 2), both done; the
+    candidate (trial 7) is flat at 0.70 after 3 of 6 epochs."""
+    curves = {1: finished_curve, 2: [0.40, 0.70, 0.80, 0.80, 0.80, 0.81],
+              7: [0.70, 0.70, 0.70]}
+    return board(curves, finished=(1, 2))
+
+
+def test_guard_counts_a_finished_curve_that_dipped_and_recovered():
+    # Trial 1 ends only 0.05 above its epoch-3 value but dipped to 0.70 at epoch 4 and
+    # recovered 0.25 by the end: a trial at 0.70 at epoch 3 may still reach 0.95.
+    b = _recovery_board([0.50, 0.80, 0.90, 0.70, 0.75, 0.95])
+    assert b.incumbent() == pytest.approx(0.95)
+    assert CostAwarePolicy("max", 6).decide(b, 7, 3).decision is Decision.CONTINUE
+
+
+def test_guard_stops_when_finished_curves_rose_steadily():
+    # Same final and epoch-3 value, no dip: the recovery is 0.05; 0.70 + 0.075 < 0.95.
+    b = _recovery_board([0.50, 0.80, 0.90, 0.92, 0.93, 0.95])
+    verdict = CostAwarePolicy("max", 6).decide(b, 7, 3)
+    assert verdict.decision is Decision.STOP and "cannot reach" in verdict.reason
+
+
+def test_guard_recovery_counts_only_from_this_epoch_on():
+    # A dip at epoch 2, before the candidate's epoch 3, says nothing about its future.
+    b = _recovery_board([0.50, 0.20, 0.90, 0.92, 0.93, 0.95])
+    assert CostAwarePolicy("max", 6).decide(b, 7, 3).decision is Decision.STOP
 
 
 def test_no_guard_before_any_trial_finished():
@@ -341,7 +498,7 @@ def test_no_guard_before_any_trial_finished():
 def test_guard_needs_min_finished_curves():
     # One finished curve is too little evidence of how much trials gain late.
     b = _guarded_board([0.60, 0.60, 0.60])
-    assert policy.MIN_FINISHED == 2
+    assert len(b.finished) == policy.MIN_FINISHED
     b.finished.discard(2)
     assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
     b.finish(2)
@@ -393,3 +550,12 @@ def test_final_and_incumbent():
     assert b.final(2) is None
     assert b.incumbent() == 0.4
     assert Board().incumbent() is None
+
+
+def test_no_stop_when_finishing_costs_less_than_the_finish_share():
+    # The last trial of ten, far behind: stopped while much of its training is left,
+    # kept once what is left is at most FINISH_SHARE of a trial (here 2 of 20 epochs).
+    pol = CostAwarePolicy("max", 20)
+    b = board(field_of(TEN, 18))
+    assert pol.decide(b, 9, 17).decision is Decision.STOP
+    assert pol.decide(b, 9, 18).decision is Decision.CONTINUE
