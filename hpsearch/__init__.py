@@ -1,7 +1,8 @@
 """hpsearch: cost-aware hyperparameter search on Ray Tune, Optuna and PyTorch Lightning.
 
-``hpsearch.run("space.yaml")`` is the Python form of ``python -m hpsearch run``. Heavy
-libraries (Ray, torch, Lightning, Optuna) load only when a run starts.
+``hpsearch.run("space.yaml")`` is the Python form of ``python -m hpsearch run``;
+``hpsearch.load_results("runs/<name>")`` reads a run's trials, money included, as a
+pandas DataFrame. Heavy libraries (Ray, torch, Lightning, Optuna) load only when used.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["run", "RunResult", "__version__"]
+__all__ = ["run", "RunResult", "load_results", "__version__"]
 
 if TYPE_CHECKING:
+    from hpsearch.adapters.results import load_results
     from hpsearch.driver import RunResult, run
 
 
@@ -20,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from hpsearch import driver
 
         return getattr(driver, name)
+    if name == "load_results":
+        from hpsearch.adapters import results
+
+        return results.load_results
     raise AttributeError(f"module 'hpsearch' has no attribute {name!r}")

@@ -81,18 +81,28 @@ class Accountant:
         self.ledger.open(trial, self.clock(), self.price)
 
     def trial_reported(self, trial: int, epoch: int, epoch_time_s: float,
-                       startup_s: float | None = None) -> None:
-        """A trial finished ``epoch`` (and checkpointed it) in ``epoch_time_s`` seconds."""
+                       startup_s: float | None = None, checkpointed: bool = True) -> None:
+        """A trial finished ``epoch`` in ``epoch_time_s`` seconds (and saved a checkpoint
+        of it, if ``checkpointed``: work up to now can no longer be lost)."""
         if not self.ledger.is_open(trial):
             self.ledger.open(trial, self.clock() - max(0.0, epoch_time_s), self.price)
-        self.ledger.checkpoint(trial, self.clock())
+        if checkpointed:
+            self.ledger.checkpoint(trial, self.clock())
         if epoch > self._epochs.get(trial, 0):
             self.timing.record_epoch(trial, epoch_time_s, startup_s if epoch == 1 else None)
             self._epochs[trial] = epoch
 
-    def trial_ended(self, trial: int, outcome: str) -> None:
+    def trial_placed(self, trial: int, price: Price) -> None:
+        """Bill ``trial``'s running interval at the price of the node it landed on."""
+        self.ledger.reprice(trial, price)
+
+    def trial_ended(self, trial: int, outcome: str, saved: bool = False) -> None:
+        """A trial left its worker; ``saved``: it checkpointed everything it trained."""
         self._pending.discard(trial)
-        self.ledger.close(trial, self.clock(), outcome)
+        now = self.clock()
+        if saved:
+            self.ledger.checkpoint(trial, now)
+        self.ledger.close(trial, now, outcome)
 
     # -- figures ----------------------------------------------------------------------
 

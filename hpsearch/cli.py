@@ -23,7 +23,8 @@ examples:
   python -m hpsearch run search_spaces/digits_mlp.yaml --set search.n_trials=4
   python -m hpsearch validate search_spaces/digits_mlp.yaml
   python -m hpsearch catalog --gpu a100 --spot
-  optuna-dashboard sqlite:///runs/digits-mlp/optuna.db
+  python -m hpsearch report runs/digits-mlp
+  python -m hpsearch dashboard runs/digits-mlp
 """
 
 
@@ -44,17 +45,27 @@ def _parser() -> argparse.ArgumentParser:
             "study (optuna.db), Ray Tune's experiment with checkpoints (tune/), the "
             "resolved config (space.yaml) and the driver log (hpsearch.log). Running "
             "again on the same run dir continues the study: its finished trials count "
-            "toward search.n_trials."
+            "toward search.n_trials, its unfinished ones resume from their checkpoints."
         ),
     )
     run.add_argument("space", metavar="SPACE.yaml", help="the search description")
     run.add_argument("--run-dir", metavar="DIR", help="where results go (default runs/<name>/)")
     _add_set(run)
-    run.add_argument("--quiet", action="store_true", help="print nothing but errors")
-    run.add_argument(
-        "--progress-interval", metavar="S", type=float, default=10.0,
-        help="seconds between status lines (default 10)",
+    _add_progress(run)
+
+    resume = sub.add_parser(
+        "resume",
+        help="resume a run dir after its driver stopped (Ctrl-C, crash, SIGKILL)",
+        description=(
+            "Resume the search of RUN_DIR with the config it ran with (its space.yaml): "
+            "finished trials are kept, trials that were running continue from their "
+            "latest checkpoints, the ledger and the trial count carry on. Same as "
+            "`run RUN_DIR/space.yaml --run-dir RUN_DIR`."
+        ),
     )
+    resume.add_argument("run_dir", metavar="RUN_DIR")
+    _add_set(resume)
+    _add_progress(resume)
 
     catalog = sub.add_parser(
         "catalog",
@@ -80,7 +91,50 @@ def _parser() -> argparse.ArgumentParser:
         "--no-import", action="store_true",
         help="do not import the trainable (skips the check of its path; fast)",
     )
+
+    report = sub.add_parser(
+        "report",
+        help="write the cost/accuracy report of a run (HTML, CSV, JSON, Markdown)",
+        description=(
+            "Write the report of a study: per-trial metrics and money, the best trial, "
+            "money spent, wasted and saved (estimates, with their method), the Pareto "
+            "front of accuracy vs cost, and plots (HTML, self-contained). Read from the "
+            "Optuna storage alone: works on any storage URL and on a run in progress."
+        ),
+    )
+    report.add_argument("source", metavar="RUN_DIR_OR_URL",
+                        help="a run dir (runs/<name>) or an Optuna storage URL")
+    report.add_argument("--format", default="html,csv,json,md", metavar="LIST",
+                        help="comma-separated formats among html, csv, json, md "
+                             "(default: all)")
+    report.add_argument("--out", metavar="DIR",
+                        help="where to write report.<format> (default: the run dir, or "
+                             "./report for a URL)")
+    report.add_argument("--study", metavar="NAME",
+                        help="the study, if the storage holds several")
+
+    dashboard = sub.add_parser(
+        "dashboard",
+        help="serve a run's study in optuna-dashboard until Ctrl-C",
+        description="Start optuna-dashboard on the run's storage and print its URL: "
+                    "learning curves, params, states (pruned included) and each trial's "
+                    "cost attributes. Runs until Ctrl-C.",
+    )
+    dashboard.add_argument("source", metavar="RUN_DIR_OR_URL",
+                           help="a run dir (runs/<name>) or an Optuna storage URL")
+    dashboard.add_argument("--port", type=int, default=8080, metavar="P",
+                           help="port (default 8080)")
+    dashboard.add_argument("--host", default="127.0.0.1",
+                           help="address to listen on (default 127.0.0.1)")
     return parser
+
+
+def _add_progress(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument(
+        "--progress-interval", metavar="S", type=float, default=10.0,
+        help="seconds between status lines (default 10)",
+    )
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -136,9 +190,51 @@ def _catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    from hpsearch.driver import run
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
 
+    from hpsearch.errors import ConfigError
+    from hpsearch.report_writers import parse_formats, write
+
+    formats = parse_formats(args.format)
+    from hpsearch.adapters.results import load_report
+
+    report, source = load_report(args.source, args.study)
+    out = Path(args.out) if args.out else (source.run_dir or Path("report"))
+    try:
+        paths = write(report, out, formats, version=__version__)
+    except OSError as exc:
+        raise ConfigError("--out", f"cannot write the report ({exc.strerror})",
+                          str(out)) from None
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from hpsearch.adapters.dashboard import check_port, serve
+    from hpsearch.adapters.results import choose_study, resolve_source, study_names
+
+    check_port(args.host, args.port)
+    source = resolve_source(args.source)
+    names = study_names(source)
+    if not names:
+        choose_study(names, None, source, args.source)  # raises: the storage has no study
+    return serve(source.url, args.host, args.port,
+                 out=lambda line: print(line, flush=True))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hpsearch.driver import run
+    from hpsearch.errors import ConfigError
+
+    if args.command == "resume":
+        args.space = Path(args.run_dir) / "space.yaml"
+        if not args.space.is_file():
+            raise ConfigError("RUN_DIR", "is not a run dir (it has no space.yaml)",
+                              args.run_dir)
     emit = None if args.quiet else (lambda line: print(line, flush=True))
     run(args.space, args.overrides, args.run_dir, emit=emit,
         progress_interval_s=args.progress_interval)
@@ -153,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "catalog":
             return _catalog(args)
+        if args.command == "report":
+            return _report(args)
+        if args.command == "dashboard":
+            return _dashboard(args)
         return _run(args)
     except HpsearchError as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)

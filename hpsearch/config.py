@@ -189,6 +189,12 @@ def _currency(value: Any, path: str) -> str:
     return value.upper()
 
 
+def _spot(value: Any, path: str) -> bool | str:
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise ConfigError(path, "must be true, false or auto", value)
+
+
 @dataclass(frozen=True)
 class Pricing:
     """What a trial-hour costs."""
@@ -199,7 +205,12 @@ class Pricing:
         "`null` = `local-cpu`, or `local-gpu` when trials reserve GPUs.",
         None,
     )
-    spot: bool = _key(parse_bool, "Price at the row's spot price instead of on-demand.", False)
+    spot: bool | str = _key(
+        _spot,
+        "`true`: spot (or preemptible) price and spot nodes; `false`: on-demand; `auto`: "
+        "the cheaper in expectation, counting work lost to preemptions and restarts.",
+        False,
+    )
     price_per_hour: float | None = _key(
         _optional(_float(0.0, exclusive=True)),
         "Explicit price of one trial-hour instead of a catalogue row (needs `currency`).",
@@ -239,6 +250,81 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """How trials keep their progress."""
+
+    every_epochs: int | None = _key(
+        _optional(_int(1)),
+        "Epochs between checkpoints; `null` = Young/Daly from the checkpoint's measured "
+        "cost and `preemption.rate_per_hour` (every epoch when no preemption is expected).",
+        None,
+    )
+    keep_last: int = _key(_int(1), "Newest checkpoints kept per trial (the best is kept too).", 2)
+
+
+def _at_list(value: Any, path: str) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, list):
+        raise ConfigError(path, "must be a list of {trial: N, epoch: E}", value)
+    out = []
+    for i, item in enumerate(value):
+        where = f"{path}[{i}]"
+        if not isinstance(item, Mapping) or set(item) != {"trial", "epoch"}:
+            raise ConfigError(where, "must be a mapping with exactly trial and epoch", item)
+        out.append((_int(0)(item["trial"], f"{where}.trial"),
+                    _int(1)(item["epoch"], f"{where}.epoch")))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SimulatedPreemption:
+    """Preemptions hpsearch causes itself: it really kills trial processes."""
+
+    rate_per_hour: float = _key(
+        _float(0.0), "Poisson rate of preemptions per trial-hour (seeded by search.seed).", 0.0)
+    at: tuple = _key(
+        _at_list, "Scripted preemptions: `[{trial: N, epoch: E}]` kills trial N during "
+        "epoch E+1 (right after epoch E was reported).", ())
+    signal: str = _key(
+        _choice("term", "kill"),
+        "`term`: SIGTERM, a notice (the trial may finish its epoch within grace_s); "
+        "`kill`: SIGKILL, the process vanishes.",
+        "kill",
+    )
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Spot and preemptible instances: notices, restarts, simulation."""
+
+    rate_per_hour: float | None = _key(
+        _optional(_float(0.0)),
+        "Expected preemptions per trial-hour (checkpoint interval, `pricing.spot: auto`); "
+        "`null` = the simulated rate.",
+        None,
+    )
+    notice_url: str | None = _key(
+        _optional(_str(_URL_RE, "an http:// URL")),
+        "Metadata URL polled in each trial for an interruption notice (AWS "
+        "`.../spot/instance-action`, GCP `.../instance/preempted`); `null` = off.",
+        None,
+    )
+    notice_poll_s: float = _key(_float(0.1), "Seconds between notice polls.", 5.0)
+    grace_s: float = _key(
+        _float(0.0), "After a notice or SIGTERM: seconds the trial may use to finish its "
+        "epoch and checkpoint.", 25.0)
+    max_restarts: int = _key(
+        _int(0), "Restarts after preemption per trial (failures use search.max_failures).",
+        100)
+    spot_wait_s: float = _key(
+        _float(0.0), "With spot nodes declared and none alive: seconds a trial waits for "
+        "one before it falls back to on-demand (or fails, if that is not allowed).", 60.0)
+    on_demand_fallback: bool = _key(
+        parse_bool, "With `pricing.spot: true`, fall back to on-demand nodes after "
+        "spot_wait_s (`auto` always may).", False)
+    simulate: SimulatedPreemption = _section(SimulatedPreemption, "Simulated preemptions.")
+
+
+@dataclass(frozen=True)
 class Cluster:
     """Which Ray cluster runs the trials."""
 
@@ -275,6 +361,8 @@ class Config:
     pruning: Pruning = _section(Pruning, "Early stopping.")
     pricing: Pricing = _section(Pricing, "What a trial-hour costs.")
     budget: Budget = _section(Budget, "Limits on money and time.")
+    checkpoint: Checkpoint = _section(Checkpoint, "How trials keep their progress.")
+    preemption: Preemption = _section(Preemption, "Spot instances: notices, restarts.")
     storage: str | None = _key(
         _optional(_str(_URL_RE, "an Optuna storage URL such as 'sqlite:///path.db'")),
         "Optuna RDB URL; `null` = `sqlite:///<run dir>/optuna.db`.",
@@ -290,6 +378,10 @@ class Config:
 def _to_plain(obj: Any) -> Any:
     if isinstance(obj, Space):
         return obj.to_dict()
+    if isinstance(obj, SimulatedPreemption):
+        out = {f.name: getattr(obj, f.name) for f in fields(obj)}
+        out["at"] = [{"trial": t, "epoch": e} for t, e in obj.at]
+        return out
     if hasattr(obj, "__dataclass_fields__"):
         return {f.name: _to_plain(getattr(obj, f.name)) for f in fields(obj)}
     return obj
@@ -339,7 +431,8 @@ def reference_keys() -> list[tuple[str, str, str]]:
                 walk(f.metadata["section"], key + ".")
                 continue
             if f.default is not MISSING:
-                default = "null" if f.default is None else repr(f.default).strip("'")
+                value = list(f.default) if isinstance(f.default, tuple) else f.default
+                default = "null" if value is None else repr(value).strip("'")
             else:
                 default = "required"
             out.append((key, default, f.metadata["doc"]))
@@ -438,9 +531,9 @@ def validate(raw: Mapping[str, Any]) -> Config:
                               pricing.price_per_hour)
         if pricing.currency is None:
             raise ConfigError("pricing.currency", "is required with pricing.price_per_hour")
-        if pricing.spot:
+        if pricing.spot is not False:
             raise ConfigError("pricing.spot", "needs pricing.instance (a catalogue row with a "
-                              "spot price), not an explicit price_per_hour", True)
+                              "spot price), not an explicit price_per_hour", pricing.spot)
     if config.pruning.policy != "none" and config.pruning.min_epochs >= config.max_epochs:
         raise ConfigError(
             "pruning.min_epochs",

@@ -8,7 +8,8 @@ some Ray node can hold one trial. Only then does it create the run dir:
       space.yaml      the resolved config of the latest session (defaults filled in)
       ledger.jsonl    billed intervals of every trial (money spent and wasted)
       optuna.db       the Optuna study (unless ``storage`` points elsewhere)
-      tune/session-N  Ray Tune's experiment: per-trial checkpoints, results, errors
+      checkpoints/    trial-NNNN/: each trial's checkpoints (atomic, checksummed)
+      tune/session-N  Ray Tune's experiment: per-attempt results and errors
       logs/           trial-NNNN.log: each trial's log records (Lightning, warnings)
       hpsearch.log    the driver's log (Ray and Tune warnings, trial errors)
 """
@@ -26,13 +27,11 @@ from hpsearch import config as config_mod
 from hpsearch import keys
 from hpsearch.budget import fmt_money
 from hpsearch.errors import ConfigError, HpsearchError
-from hpsearch.ledger import FAILED
+from hpsearch.ledger import FAILED, PREEMPTED
 from hpsearch.progress import Progress, top_table
 
 log = logging.getLogger("hpsearch")
 
-ORPHAN_REASON = "the driver stopped before this trial finished"
-INTERRUPTED_REASON = "the run was interrupted before this trial finished"
 
 
 class RunAborted(HpsearchError):
@@ -359,41 +358,48 @@ class _Session:
         recorder = StudyRecorder(config, self.url)
         try:
             recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
-            orphans = recorder.fail_orphans(ORPHAN_REASON)
-            self.accountant.ledger.close_all(self.backend.clock(), FAILED)
+            orphans = recorder.unfinished_numbers()
+            self.accountant.ledger.close_all(self.backend.clock(), FAILED, at_last_event=True)
             done_before = recorder.finished_count()
-            remaining = config.search.n_trials - done_before
+            new_trials = max(0, config.search.n_trials - done_before - len(orphans))
             if continuing and (done_before or orphans):
                 out(f"Continuing study '{config.name}' in {display_path(self.run_path)}: "
-                    f"{done_before} trial(s) already finished, "
+                    f"{done_before} trial(s) finished, "
                     f"{fmt_money(self.accountant.spent(), self.price.currency)} spent"
-                    + (f"; {len(orphans)} left running by a stopped driver marked FAIL"
+                    + (f"; resuming {len(orphans)} unfinished trial(s) "
+                       f"({', '.join(map(str, orphans))}) from their checkpoints"
                        if orphans else ""))
-            if remaining <= 0:
+            if new_trials + len(orphans) == 0:
                 out(f"The study already has {done_before} finished trial(s) >= "
                     f"search.n_trials ({config.search.n_trials}); raise it with "
                     f"--set search.n_trials=N to run more.")
             else:
-                self._fit(recorder, remaining, concurrency, progress_interval_s)
+                self._fit(recorder, new_trials, orphans, concurrency, progress_interval_s)
             return self._summarise(recorder)
         finally:
             recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
             recorder.close()
 
-    def _fit(self, recorder, remaining: int, concurrency: int,
+    def _fit(self, recorder, new_trials: int, restarts: list[int], concurrency: int,
              progress_interval_s: float) -> None:
         from ray import tune
 
         from hpsearch.adapters import runner
         from hpsearch.adapters.ray_progress import ProgressCallback
         from hpsearch.adapters.ray_scheduler import build_scheduler
+        from hpsearch.adapters.ray_nodes import Placement
+        from hpsearch.adapters.ray_preemption import PreemptionCallback
         from hpsearch.adapters.ray_search import AbortStopper, StudyCallback, StudySearcher
+        from hpsearch.checkpoint import CheckpointStore
+        from hpsearch.decisions import StopRecord
+        from hpsearch.preemption import SimulatedPreemptions
 
         config, out, price = self.config, self.out, self.price
         budget = config.budget
         limits = ", ".join(f"{name} {value:g}" for name, value in (
             ("max_cost", budget.max_cost), ("max_cost_per_trial", budget.max_cost_per_trial),
             ("max_wall_s", budget.max_wall_s)) if value is not None) or "none"
+        remaining = new_trials + len(restarts)
         out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
             f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
         out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
@@ -414,9 +420,39 @@ class _Session:
             if error:
                 log.warning("trial %s failed: %s", number, error)
 
-        study_cb = StudyCallback(recorder, self.accountant, on_end=ended)
+        def restarted(number, outcome, reason, last_result):
+            epoch = int(last_result.get(keys.EPOCH, 0))
+            kept = int(last_result.get(keys.CHECKPOINT_EPOCH, epoch))
+            if outcome == "moved":
+                out(f"  trial {number}: {reason}")
+                log.warning("trial %s: %s", number, reason)
+                return
+            what = "preempted" if outcome == PREEMPTED else "failed"
+            out(f"  trial {number} {what} after epoch {epoch} ({reason}); restarting from "
+                f"its checkpoint at epoch {kept}")
+            log.warning("trial %s %s after epoch %s: %s", number, what, epoch, reason)
+
+        preemption = config.preemption
+        simulated = SimulatedPreemptions(preemption.simulate.rate_per_hour,
+                                         preemption.simulate.at, config.search.seed)
+        preemption_cb = None
+        if simulated.rate_per_hour > 0 or simulated.at:
+            preemption_cb = PreemptionCallback(simulated, recorder, preemption.simulate.signal)
+        checkpoints = self.run_path / "checkpoints"
+        import ray
+
+        placement = Placement(config, price, ray.nodes)
         searcher = StudySearcher(recorder, self.accountant, config.objective.metric,
-                                 config.objective.mode)
+                                 config.objective.mode, new_trials, restarts, placement)
+        study_cb = StudyCallback(
+            recorder, self.accountant, searcher,
+            max_failures=config.search.max_failures, max_restarts=preemption.max_restarts,
+            store_for=lambda n: CheckpointStore(checkpoints / runner.trial_name(n)),
+            preemptions=preemption_cb, placement=placement, on_end=ended,
+            on_restart=restarted)
+        rate = preemption.rate_per_hour
+        if rate is None:
+            rate = preemption.simulate.rate_per_hour
         spec = runner.TrialSpec(
             trainable=config.trainable,
             metric=config.objective.metric,
@@ -425,10 +461,18 @@ class _Session:
             gpu=config.resources.gpu,
             log_dir=str(self.run_path / "logs"),
             price_per_hour=price.per_hour,
+            checkpoint_dir=str(checkpoints),
+            mode=config.objective.mode,
+            keep_last=config.checkpoint.keep_last,
+            every_epochs=config.checkpoint.every_epochs,
+            mtbp_s=3600.0 / rate if rate else None,
+            notice_url=preemption.notice_url,
+            notice_poll_s=preemption.notice_poll_s,
+            grace_s=preemption.grace_s,
         )
         trainable = tune.with_resources(
             tune.with_parameters(self.backend.trainable(spec), spec=spec),
-            {"cpu": config.resources.cpu, "gpu": config.resources.gpu},
+            placement.resources({"cpu": config.resources.cpu, "gpu": config.resources.gpu}),
         )
         tune_dir = self.run_path / "tune"
         tuner = tune.Tuner(
@@ -438,8 +482,10 @@ class _Session:
                 metric=config.objective.metric,
                 mode=config.objective.mode,
                 search_alg=searcher,
-                scheduler=build_scheduler(config, recorder, self.accountant),
-                num_samples=remaining,
+                scheduler=build_scheduler(config, recorder, self.accountant, placement),
+                # Restarts are new Ray trials of the same Optuna trial: the searcher,
+                # not this count, says when the session is done.
+                num_samples=1_000_000,
                 max_concurrent_trials=concurrency,
                 reuse_actors=True,
                 trial_dirname_creator=_trial_dirname,
@@ -450,25 +496,32 @@ class _Session:
                 verbose=0,
                 log_to_file=True,
                 stop=AbortStopper(study_cb),
-                callbacks=[study_cb, ProgressCallback(progress), *self.backend.callbacks()],
-                failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                callbacks=[study_cb, ProgressCallback(progress), *self.backend.callbacks(),
+                           *([preemption_cb] if preemption_cb else [])],
+                # hpsearch restarts trials itself (StudyCallback): a preemption must not
+                # use up a failure retry, and checkpoints live in the run dir.
+                failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
         tuner.fit()
         out(progress.status())
         leftover = recorder.unfinished()
         self.accountant.ledger.close_all(self.backend.clock(), FAILED)
-        for trial_id in leftover:
-            recorder.fail(trial_id, "run aborted" if study_cb.abort_reason
-                          else INTERRUPTED_REASON)
         self.stop_reason = self.accountant.run_stop_reason() or searcher.closed_reason
         if study_cb.abort_reason:
+            for trial_id in leftover:
+                recorder.fail(trial_id, "run aborted")
             raise RunAborted(study_cb.abort_reason)
+        for number in searcher.restarts:  # the budget closed before they could restart
+            recorder.prune_waiting(number, StopRecord("budget", 0, self.stop_reason or
+                                                      "the session ended"))
         if leftover:
+            for trial_id in leftover:
+                recorder.detach(trial_id)
             raise RunInterrupted(
-                f"interrupted: {len(leftover)} unfinished trial(s) marked FAIL; "
-                f"run the same command again to continue the study")
+                f"interrupted: {len(leftover)} unfinished trial(s) will resume from their "
+                f"checkpoints: run the same command again (or python -m hpsearch resume "
+                f"{display_path(self.run_path)})")
 
     def _summarise(self, recorder) -> RunResult:
         config, out, currency = self.config, self.out, self.price.currency
@@ -490,10 +543,22 @@ class _Session:
             f" (wasted {fmt_money(ledger.wasted(), currency)})"
             + (f" of budget.max_cost {fmt_money(cap, currency)}" if cap is not None else ""))
         if self.stop_reason:
-            out(f"Stopped early: {self.stop_reason}. Raise the budget and run the same "
-                f"command again to continue the study.")
-        out(f"Results: {display_path(self.run_path)}/ (space.yaml, ledger.jsonl, tune/, "
-            f"logs/, hpsearch.log)")
+            hint = (" Raise the budget and run the same command again to continue the "
+                    "study." if "budget." in self.stop_reason else "")
+            out(f"Stopped early: {self.stop_reason}.{hint}")
+        try:
+            from hpsearch.adapters.results import write_study_report
+
+            report_files = [p.name for p in write_study_report(study, self.run_path)]
+            out(f"Report: {display_path(self.run_path / report_files[0])}")
+        except Exception:  # noqa: BLE001 - the study is the record; a report is derived
+            log.exception("writing the report failed")
+            report_files = []
+            out(f"Report: not written (see hpsearch.log); retry with python -m hpsearch "
+                f"report {display_path(self.run_path)}")
+        out(f"Results: {display_path(self.run_path)}/ (space.yaml, ledger.jsonl, "
+            + "".join(f"{name}, " for name in report_files)
+            + "tune/, logs/, hpsearch.log)")
         out(f"Dashboard: optuna-dashboard {display_url(self.url, self.run_path)}")
         best_trial = study.best_trial if best is not None else None
         return RunResult(study=study, best_trial=best_trial, run_dir=self.run_path,

@@ -15,10 +15,15 @@ TRIAL_TIME_S = "hps_trial_time_s"  #: wall seconds of this process since it star
 START_EPOCH = "hps_start_epoch"  #: epochs already done when this process started (resume)
 REMAINING_S = "hps_remaining_s"  #: expected seconds to the last epoch (runtime model)
 COST_TO_FINISH = "hps_cost_to_finish"  #: expected money to the last epoch, run currency
+CHECKPOINT_EPOCH = "hps_checkpoint_epoch"  #: the newest epoch saved in a checkpoint
+PREEMPTED = "hps_preempted"  #: set (to the reason) on the last result before a preemption
+NODE_ID = "hps_node_id"  #: the Ray node the trial runs on
+HISTORY = "hps_history"  #: [[epoch, objective], ...] restored from a checkpoint (1st result)
 
 # Trial config entries the driver adds beside the sampled params.
 TRIAL_NUMBER = "hps_trial_number"  #: the Optuna trial number
 TRIAL_SEED = "hps_seed"  #: the seed the trial runs with
+SPOT_NODE = "hps_spot_node"  #: True/False: the node kind the trial is placed on
 
 # Optuna trial user attributes.
 ATTR_RAY_TRIAL_ID = "ray_trial_id"
@@ -29,6 +34,10 @@ ATTR_SEED = "seed"
 ATTR_RESUMED_FROM = "resumed_from_epochs"  #: the epochs a restarted process resumed at
 ATTR_PREDICTED_FINAL = "predicted_final"  #: a stopped trial's predicted final objective
 ATTR_SAVED_COST = "saved_cost"  #: money a stopped trial's remaining epochs would have cost
+ATTR_PREEMPTIONS = "preemptions"  #: times the trial was preempted and restarted
+ATTR_FAILURES = "failures"  #: times the trial's process failed and was restarted
+ATTR_NODE = "node"  #: the Ray node of the trial's latest result
+ATTR_NODES = "nodes"  #: every Ray node the trial ran on, in order
 # Money of a trial (mirrored from the ledger).
 ATTR_COST = "cost"
 ATTR_WASTED_COST = "wasted_cost"

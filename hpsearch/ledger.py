@@ -140,6 +140,23 @@ class Ledger:
         self._write({"event": "open", **asdict(interval)})
         return interval
 
+    def reprice(self, trial: int, price: Price) -> None:
+        """Bill ``trial``'s open interval at ``price`` (once it is known which node, and
+        so which instance and kind, the trial landed on)."""
+        interval = self._open.get(trial)
+        if interval is None or (interval.instance, interval.spot, interval.price_per_hour) == (
+                price.instance, price.spot, price.per_hour):
+            return
+        self._check_currency(price.currency)
+        interval.instance, interval.spot = price.instance, price.spot
+        interval.price_per_hour = price.per_hour
+        interval.granularity_s = price.billing_granularity_s
+        interval.min_billing_s = price.min_billing_s
+        self._write({"event": "reprice", "trial": trial, "instance": price.instance,
+                     "spot": price.spot, "price_per_hour": price.per_hour,
+                     "granularity_s": price.billing_granularity_s,
+                     "min_billing_s": price.min_billing_s})
+
     def checkpoint(self, trial: int, now_s: float) -> None:
         """Record that ``trial`` saved a checkpoint at ``now_s``."""
         interval = self._open.get(trial)
@@ -161,11 +178,23 @@ class Ledger:
                      "outcome": outcome})
         return interval
 
-    def close_all(self, now_s: float, outcome: str) -> list[int]:
-        """Close every open interval (the driver is stopping); return the trials."""
+    def close_all(self, now_s: float, outcome: str, at_last_event: bool = False) -> list[int]:
+        """Close every open interval; return the trials.
+
+        Args:
+            now_s: When the intervals end.
+            outcome: How they ended.
+            at_last_event: End each at its last recorded event (its latest checkpoint, or
+                its start) instead: for intervals left open by a driver that died, whose
+                real end is unknown.
+        """
         trials = list(self._open)
         for trial in trials:
-            self.close(trial, now_s, outcome)
+            interval = self._open[trial]
+            end = now_s
+            if at_last_event:
+                end = interval.checkpoint_s if interval.checkpoint_s is not None else interval.start_s
+            self.close(trial, end, outcome)
         return trials
 
     # -- totals -----------------------------------------------------------------------
@@ -258,6 +287,12 @@ class Ledger:
         elif kind == "checkpoint":
             if event["trial"] in self._open:
                 self._open[event["trial"]].checkpoint_s = float(event["at_s"])
+        elif kind == "reprice":
+            interval = self._open.get(event["trial"])
+            if interval is not None:
+                for name in ("instance", "spot", "price_per_hour", "granularity_s",
+                             "min_billing_s"):
+                    setattr(interval, name, event[name])
         elif kind == "close":
             if event["trial"] in self._open:
                 interval = self._open.pop(event["trial"])

@@ -21,7 +21,8 @@ def ray_cluster():
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
     )
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # address="local": a fresh cluster, never one another process left running.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
     yield ray
     ray.shutdown()

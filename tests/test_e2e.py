@@ -216,7 +216,7 @@ def test_rerun_continues_the_same_study(ray_cluster, in_tmp):
     trials = load_study(second).get_trials()
     assert [t.number for t in trials] == [0, 1, 2]
     assert all(t.state == TrialState.COMPLETE for t in trials)
-    assert any("2 trial(s) already finished" in ln for ln in lines)
+    assert any("2 trial(s) finished" in ln for ln in lines)
     # Two sessions, two Tune experiments under one run dir.
     assert sorted(p.name for p in (second.run_dir / "tune").iterdir()
                   if p.is_dir()) == ["session-1", "session-2"]

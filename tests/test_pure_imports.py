@@ -32,6 +32,8 @@ PURE_MODULES = [
     "hpsearch.runtime",
     "hpsearch.budget",
     "hpsearch.policy",
+    "hpsearch.report",
+    "hpsearch.report_writers",
 ]
 MARKER = "@@hpsearch-test-result@@"
 
@@ -85,7 +87,8 @@ def test_pure_module_imports_no_heavy_library(module, tmp_path):
     assert Path(result["file"]).resolve().is_relative_to(REPO)
 
 
-HELP_ARGV = [["--help"], ["run", "--help"], ["validate", "--help"]]
+HELP_ARGV = [["--help"], ["run", "--help"], ["validate", "--help"], ["report", "--help"],
+             ["dashboard", "--help"]]
 
 
 @pytest.mark.parametrize("argv", HELP_ARGV, ids=" ".join)

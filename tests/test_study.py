@@ -108,23 +108,55 @@ def test_trial_that_never_reported_is_fail(url):
     assert "without reporting" in recorder.study.trials[0].user_attrs[keys.ATTR_ERROR]
 
 
-def test_trials_left_running_by_a_dead_driver_become_fail(url):
+def test_a_new_driver_resumes_trials_left_running_with_their_history(url):
     config = config_mod.load(RAW)
     first = StudyRecorder(config, url)
-    first.ask("a")
+    number, params, seed = first.ask("a")
+    first.report("a", result(1, 0.4))
+    first.report("a", result(2, 0.5))
     first.ask("b")
     first.complete("b", result(4, 0.9))
     first.study.enqueue_trial({"lr": 0.01, "opt": "sgd"})
-    first.close()
+    first.close()  # the driver dies: trial 0 stays RUNNING
 
     second = StudyRecorder(config, url)
-    assert second.fail_orphans("driver died") == [0]
-    states = {t.number: t.state for t in second.study.get_trials()}
-    assert states == {0: TrialState.FAIL, 1: TrialState.COMPLETE, 2: TrialState.WAITING}
-    assert second.finished_count() == 2
-    assert second.study.trials[0].user_attrs[keys.ATTR_ERROR] == "driver died"
-    number, params, _ = second.ask("c")
-    assert (number, params) == (2, {"lr": 0.01, "opt": "sgd"})
+    assert second.unfinished_numbers() == [0]
+    assert second.finished_count() == 1
+    assert second.resume("a2", 0) == (number, params, seed)
+    second.report("a2", result(2, 0.99))  # re-sent after the restart: ignored
+    second.report("a2", result(3, 0.6, **{keys.START_EPOCH: 2}))
+    assert second.complete("a2", result(4, 0.7)) == TrialState.COMPLETE
+    trial = second.study.trials[0]
+    assert trial.intermediate_values == {1: 0.4, 2: 0.5, 3: 0.6, 4: 0.7}
+    assert trial.user_attrs[keys.ATTR_RESUMED_FROM] == [2]
+    assert trial.user_attrs[keys.ATTR_RAY_TRIAL_ID] == "a2"
+    # The enqueued trial waits for the next ask.
+    assert second.ask("c")[:2] == (2, {"lr": 0.01, "opt": "sgd"})
+
+
+def test_a_detached_trial_stays_running_until_restarted(url):
+    recorder = StudyRecorder(config_mod.load(RAW), url)
+    recorder.ask("a")
+    recorder.report("a", result(1, 0.4))
+    assert recorder.detach("a", {keys.ATTR_PREEMPTIONS: 1}) == 0
+    assert recorder.unfinished() == []
+    assert recorder.unfinished_numbers() == [0]
+    assert recorder.attr(0, keys.ATTR_PREEMPTIONS) == 1
+    recorder.resume("b", 0)
+    recorder.report("b", result(2, 0.6))
+    assert recorder.complete("b", result(2, 0.6)) == TrialState.COMPLETE
+    assert recorder.study.trials[0].intermediate_values == {1: 0.4, 2: 0.6}
+
+
+def test_a_trial_waiting_for_a_restart_can_be_pruned(url):
+    recorder = StudyRecorder(config_mod.load(RAW), url)
+    recorder.ask("a")
+    recorder.report("a", result(1, 0.4))
+    recorder.detach("a")
+    recorder.prune_waiting(0, StopRecord("budget", 1, "budget.max_cost reached"))
+    trial = recorder.study.trials[0]
+    assert trial.state == TrialState.PRUNED
+    assert trial.user_attrs[keys.ATTR_STOP_REASON] == "budget: budget.max_cost reached"
 
 
 def test_continued_random_sampler_does_not_replay_the_first_draws(url):

@@ -71,3 +71,33 @@ def raise_if(params: dict[str, Any]):
 def wrong_return(params: dict[str, Any]):
     """Breaks the contract: returns only the model."""
     return digits.DigitsMLP(**_model_kwargs(params))
+
+
+class CorruptingMLP(CrashingMLP):
+    """Like CrashingMLP, but first damages its newest checkpoint (a half-written file,
+    a flipped byte on disk), so the restarted trial must fall back to the one before."""
+
+    def __init__(self, store_dir: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.store_dir = store_dir
+
+    def on_train_epoch_start(self) -> None:
+        marker = Path(self.crash_dir) / "crashed-corrupt"
+        if self.current_epoch == self.crash_epoch and not marker.exists():
+            newest = sorted(Path(self.store_dir).glob("epoch-*"))[-1] / "trial.ckpt"
+            data = bytearray(newest.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            newest.write_bytes(bytes(data))
+            marker.write_text(newest.parent.name)
+            os._exit(1)
+
+
+def corrupt_then_crash(params: dict[str, Any]):
+    """The digits MLP that corrupts its newest checkpoint and dies at ``crash_epoch``."""
+    kwargs = _model_kwargs(params)
+    if params.get("crash_epoch", -1) >= 0:
+        model = CorruptingMLP(params["store_dir"], crash_dir=params["crash_dir"],
+                              crash_epoch=params["crash_epoch"], **kwargs)
+    else:
+        model = digits.DigitsMLP(**kwargs)
+    return model, digits.DigitsData(batch_size=int(params.get("batch_size", 64)))

@@ -92,13 +92,14 @@ class RecordingScheduler(FIFOScheduler):
     """
 
     def __init__(self, inner: TrialScheduler, policy: str, recorder: StudyRecorder,
-                 accountant: Accountant, max_epochs: int):
+                 accountant: Accountant, max_epochs: int, placement=None):
         super().__init__()
         self.inner = inner
         self.policy = policy
         self.recorder = recorder
         self.accountant = accountant
         self.max_epochs = max_epochs
+        self.placement = placement
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         super().set_search_properties(metric, mode, **spec)
@@ -120,7 +121,11 @@ class RecordingScheduler(FIFOScheduler):
         startup = None
         if int(result.get(keys.START_EPOCH, 0)) == epoch - 1 and keys.TRIAL_TIME_S in result:
             startup = float(result[keys.TRIAL_TIME_S]) - epoch_s
-        self.accountant.trial_reported(number, epoch, epoch_s, startup)
+        node = result.get(keys.NODE_ID)
+        if node and self.placement is not None:
+            self.accountant.trial_placed(number, self.placement.price_for_node(node))
+        checkpointed = int(result.get(keys.CHECKPOINT_EPOCH, epoch)) == epoch
+        self.accountant.trial_reported(number, epoch, epoch_s, startup, checkpointed)
         money = self.accountant.ledger.trial_money(number, self.accountant.clock())
         if money is not None:
             self.recorder.set_attrs(trial_id, money.attrs())
@@ -158,14 +163,20 @@ class RecordingScheduler(FIFOScheduler):
         self.inner.on_trial_remove(tune_controller, trial)
 
     def choose_trial_to_run(self, tune_controller):
+        if self.placement is not None and self.placement.active:
+            # The watchdog: a trial waiting for a node kind that is gone is stopped here;
+            # the study callback restarts it on-demand or fails it, as the verdict says.
+            for trial, _, _ in self.placement.watch_pending(tune_controller.get_trials()):
+                trial.init_local_path()  # Tune's result grid wants every trial's folder
+                tune_controller.stop_trial(trial)
         return self.inner.choose_trial_to_run(tune_controller)
 
     def debug_string(self) -> str:
         return f"hpsearch {self.policy}: {self.inner.debug_string()}"
 
 
-def build_scheduler(config: Config, recorder: StudyRecorder,
-                    accountant: Accountant) -> RecordingScheduler:
+def build_scheduler(config: Config, recorder: StudyRecorder, accountant: Accountant,
+                    placement=None) -> RecordingScheduler:
     """The scheduler for ``config.pruning.policy``, wrapped so every stop is recorded."""
     pruning = config.pruning
     if pruning.policy == "asha":
@@ -194,4 +205,5 @@ def build_scheduler(config: Config, recorder: StudyRecorder,
         ), accountant))
     else:
         inner = FIFOScheduler()
-    return RecordingScheduler(inner, pruning.policy, recorder, accountant, config.max_epochs)
+    return RecordingScheduler(inner, pruning.policy, recorder, accountant, config.max_epochs,
+                              placement)

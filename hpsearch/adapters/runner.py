@@ -1,10 +1,16 @@
 """The trial runner: Lightning training inside a Ray Tune function trainable.
 
 Each epoch the runner reports every logged metric plus ``hps_epoch`` and the epoch's
-wall time through ``tune.report`` together with a checkpoint (weights, optimizer,
-Lightning's loop state, the epoch and the RNG states of Python, NumPy and torch). A
-restarted trial resumes from ``tune.get_checkpoint()`` and continues exactly where the
-checkpoint left off: same batches, same dropout masks, same metrics.
+wall time through ``tune.report``, and when a checkpoint is due (every epoch, every k
+epochs by Young/Daly, or on a preemption notice) saves one into the trial's
+:class:`~hpsearch.checkpoint.CheckpointStore` under the run dir: weights, optimizer,
+Lightning's loop state, the epoch and the RNG states of Python, NumPy and torch. Any
+start of the trial (first, after a preemption, after a failure, after the driver was
+restarted) resumes from the newest valid checkpoint and continues exactly where it left
+off: same batches, same dropout masks, same metrics.
+
+On SIGTERM or an interruption notice the trial finishes its epoch (if the grace allows),
+checkpoints, reports ``hps_preempted`` and stops; the driver restarts it.
 """
 
 from __future__ import annotations
@@ -12,17 +18,20 @@ from __future__ import annotations
 import logging
 import os
 import random
-import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hpsearch import keys
+from hpsearch.checkpoint import CheckpointStore, young_daly_epochs
 from hpsearch.errors import TrialSetupError
+from hpsearch.preemption import Notice, NoticePoller, watch_sigterm
 from hpsearch.runtime import epoch_estimate
 
-#: File name of the Lightning checkpoint inside each Tune checkpoint directory.
+#: File name of the Lightning checkpoint inside each stored checkpoint.
 CHECKPOINT_FILE = "trial.ckpt"
+log = logging.getLogger("hpsearch.trial")
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,15 @@ class TrialSpec:
         log_dir: Folder for ``trial-<number>.log`` (the trial's log records); None or
             unreachable from the trial's node: no file.
         price_per_hour: Price of one trial-hour, for the expected cost to finish.
+        checkpoint_dir: Folder holding ``trial-NNNN/`` checkpoint stores (shared by
+            every node; None keeps no checkpoints).
+        mode: The objective's direction (which checkpoint is the best).
+        keep_last: Newest checkpoints kept per trial.
+        every_epochs: Epochs between checkpoints; None = Young/Daly (needs ``mtbp_s``).
+        mtbp_s: Mean seconds between preemptions expected; None = none expected.
+        notice_url: Metadata URL polled for an interruption notice, or None.
+        notice_poll_s: Seconds between polls.
+        grace_s: After a notice or SIGTERM, seconds left to finish the epoch.
     """
 
     trainable: str
@@ -47,6 +65,14 @@ class TrialSpec:
     gpu: float = 0.0
     log_dir: str | None = None
     price_per_hour: float = 0.0
+    checkpoint_dir: str | None = None
+    mode: str = "max"
+    keep_last: int = 2
+    every_epochs: int | None = None
+    mtbp_s: float | None = None
+    notice_url: str | None = None
+    notice_poll_s: float = 5.0
+    grace_s: float = 25.0
 
 
 def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
@@ -55,8 +81,9 @@ def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
     return params, int(config.get(keys.TRIAL_NUMBER, -1)), int(config.get(keys.TRIAL_SEED, 0))
 
 
-def _callbacks(spec: TrialSpec, trial_number: int) -> list[Any]:
-    """Build the Lightning callbacks (imported lazily: Lightning is heavy)."""
+def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
+    """Build the Lightning callbacks (imported lazily: Lightning is heavy) and the
+    trial's checkpoint store."""
     import numpy as np
     import pytorch_lightning as pl
     import torch
@@ -91,21 +118,39 @@ def _callbacks(spec: TrialSpec, trial_number: int) -> list[Any]:
                 torch.cuda.set_rng_state_all(state["cuda"])
 
     class TuneReport(pl.Callback):
-        """Reports metrics and a checkpoint to Tune at the end of every epoch."""
+        """At each epoch end: checkpoint when due, report to Tune, stop on a preemption."""
 
         def __init__(self) -> None:
             self.epoch_started = time.monotonic()
             self.process_started = time.monotonic()
-
             self.start_epoch = 0
             self.epoch_times: list[float] = []
+            self.every = spec.every_epochs
+            self.last_checkpoint = 0
+            self.between_epochs = None
+            # The objective of every epoch so far, kept in each checkpoint: a driver that
+            # died before recording some epochs gets them back from the restarted trial.
+            self.history: dict[int, float] = {}
+            self.history_sent = False
 
         def on_train_start(self, trainer, pl_module) -> None:
             # After a restore, current_epoch is the first epoch this process trains.
-            self.start_epoch = trainer.current_epoch
+            self.start_epoch = self.last_checkpoint = trainer.current_epoch
 
         def on_train_epoch_start(self, trainer, pl_module) -> None:
             self.epoch_started = time.monotonic()
+
+        def _checkpoint(self, trainer, epoch: int, value: float) -> None:
+            started = time.monotonic()
+            store.save(epoch, lambda folder: trainer.save_checkpoint(
+                str(folder / CHECKPOINT_FILE), weights_only=False), metric=value,
+                meta={"trial": trial_number,
+                      "history": [[e, v] for e, v in sorted(self.history.items())]})
+            self.last_checkpoint = epoch
+            if self.every is None:  # Young/Daly from the measured costs
+                self.every = young_daly_epochs(time.monotonic() - started, spec.mtbp_s,
+                                               epoch_estimate(self.epoch_times) or 1.0,
+                                               spec.max_epochs)
 
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             metrics = {}
@@ -122,20 +167,68 @@ def _callbacks(spec: TrialSpec, trial_number: int) -> list[Any]:
                     f"self.log('{spec.metric}', ...) in validation_step"
                 )
             now = time.monotonic()
-            metrics[keys.EPOCH] = trainer.current_epoch + 1
+            epoch = trainer.current_epoch + 1
+            metrics[keys.EPOCH] = epoch
             metrics[keys.EPOCH_TIME_S] = now - self.epoch_started
             metrics[keys.TRIAL_TIME_S] = now - self.process_started
             metrics[keys.START_EPOCH] = self.start_epoch
+            metrics[keys.NODE_ID] = node_id
+            self.history[epoch] = metrics[spec.metric]
+            if not self.history_sent and self.start_epoch > 0:
+                metrics[keys.HISTORY] = [[e, v] for e, v in sorted(self.history.items())
+                                         if e <= self.start_epoch]
+            self.history_sent = True
             self.epoch_times.append(metrics[keys.EPOCH_TIME_S])
-            remaining = max(0, spec.max_epochs - metrics[keys.EPOCH]) * (
+            remaining = max(0, spec.max_epochs - epoch) * (
                 epoch_estimate(self.epoch_times) or 0.0)
             metrics[keys.REMAINING_S] = remaining
             metrics[keys.COST_TO_FINISH] = remaining * spec.price_per_hour / 3600.0
-            with tempfile.TemporaryDirectory(prefix="hps-ckpt-") as tmp:
-                trainer.save_checkpoint(os.path.join(tmp, CHECKPOINT_FILE), weights_only=False)
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+            due = (self.every is None or epoch - self.last_checkpoint >= self.every
+                   or epoch >= spec.max_epochs or notice.is_set())
+            if store is not None and due:
+                self._checkpoint(trainer, epoch, metrics[spec.metric])
+            metrics[keys.CHECKPOINT_EPOCH] = self.last_checkpoint
+            if notice.is_set():
+                metrics[keys.PREEMPTED] = notice.reason
+                trainer.should_stop = True
+                if notice.via_signal:
+                    # The main thread is exiting: nothing can be reported any more.
+                    if store is not None:
+                        store.mark_preempted(tune.get_context().get_trial_id(), epoch,
+                                             notice.reason)
+                    notice.handled.set()
+                    return
+            self.between_epochs = (trainer, epoch, metrics[spec.metric])
+            try:
+                tune.report(metrics)
+            finally:
+                self.between_epochs = None
+            if notice.is_set():
+                notice.handled.set()
 
-    return [RngState(), TuneReport()]
+        def on_signal(self) -> bool:
+            """SIGTERM arrived. Between two epochs (blocked reporting the last one, the
+            usual case): checkpoint it now if it is not yet and say so; else False."""
+            state = self.between_epochs
+            if state is None:
+                return False
+            trainer, epoch, value = state
+            if store is not None:
+                if self.last_checkpoint < epoch:
+                    self._checkpoint(trainer, epoch, value)
+                store.mark_preempted(tune.get_context().get_trial_id(), epoch, notice.reason)
+            notice.handled.set()
+            return True
+
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    store = None
+    if spec.checkpoint_dir is not None:
+        store = CheckpointStore(Path(spec.checkpoint_dir) / trial_name(trial_number),
+                                keep_last=spec.keep_last, mode=spec.mode)
+    report = TuneReport()
+    return [RngState(), report], store, report
 
 
 def _build(spec: TrialSpec, params: dict[str, Any], trial_number: int):
@@ -208,11 +301,12 @@ def train(config: dict[str, Any], spec: TrialSpec) -> None:
 def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec) -> None:
     import pytorch_lightning as pl
     import torch
-    from ray import tune
 
     torch.set_num_threads(max(1, int(spec.cpu)))
     pl.seed_everything(seed, workers=True, verbose=False)
     module, data = _build(spec, params, trial_number)
+    notice = Notice()
+    callbacks, store, report = _callbacks(spec, trial_number, notice)
     trainer = pl.Trainer(
         max_epochs=spec.max_epochs,
         accelerator="gpu" if spec.gpu > 0 else "cpu",
@@ -223,13 +317,29 @@ def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec
         enable_model_summary=False,
         num_sanity_val_steps=0,
         check_val_every_n_epoch=1,
-        callbacks=_callbacks(spec, trial_number),
+        callbacks=callbacks,
         default_root_dir=os.getcwd(),
     )
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        trainer.fit(module, datamodule=data)
-        return
-    with checkpoint.as_directory() as directory:
-        path = os.path.join(directory, CHECKPOINT_FILE)
-        trainer.fit(module, datamodule=data, ckpt_path=path, weights_only=False)
+    resume = store.latest_valid() if store is not None else None
+    if store is not None and store.rejected:
+        log.warning("trial %d: corrupt checkpoints set aside: %s", trial_number,
+                    ", ".join(p.name for p in store.rejected))
+    if resume is not None:
+        report.history = {int(e): float(v) for e, v in resume.meta.get("history", [])}
+    unwatch = watch_sigterm(notice, spec.grace_s, report.on_signal)
+    poller = None
+    if spec.notice_url:
+        poller = NoticePoller(spec.notice_url, spec.notice_poll_s, notice, spec.grace_s)
+        poller.start()
+    try:
+        if resume is None:
+            trainer.fit(module, datamodule=data)
+        else:
+            log.info("trial %d: resuming from %s", trial_number, resume.path)
+            trainer.fit(module, datamodule=data,
+                        ckpt_path=str(resume.path / CHECKPOINT_FILE), weights_only=False)
+    finally:
+        if poller is not None:
+            poller.stop()
+        if not notice.via_signal:
+            unwatch()

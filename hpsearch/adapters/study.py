@@ -85,6 +85,8 @@ class _Live:
     last_epoch: int = 0
     last_value: float | None = None
     stop: StopRecord | None = None
+    node: str | None = None
+    nodes: list[str] = field(default_factory=list)
 
 
 class StudyRecorder:
@@ -156,18 +158,6 @@ class StudyRecorder:
         """Trials of the study in a finished state (COMPLETE, PRUNED or FAIL)."""
         return len(self.study.get_trials(deepcopy=False, states=FINISHED))
 
-    def fail_orphans(self, reason: str) -> list[int]:
-        """Mark trials left RUNNING by an earlier driver as FAIL; return their numbers.
-
-        WAITING trials (``study.enqueue_trial``) are kept: the next asks take them.
-        """
-        numbers = []
-        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            self.storage.set_trial_user_attr(frozen._trial_id, keys.ATTR_ERROR, reason)
-            self.storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
-            numbers.append(frozen.number)
-        return numbers
-
     # -- one trial's life -------------------------------------------------------------
 
     def ask(self, ray_trial_id: str) -> tuple[int, dict[str, Any], int]:
@@ -179,6 +169,67 @@ class StudyRecorder:
             trial.set_user_attr(keys.ATTR_SEED, seed)
             self._live[ray_trial_id] = _Live(trial)
             return trial.number, dict(trial.params), seed
+
+    def resume(self, ray_trial_id: str, number: int) -> tuple[int, dict[str, Any], int]:
+        """Attach a new Ray attempt to the unfinished Optuna trial ``number`` (a restart
+        after a preemption or failure, or a trial left by a stopped driver)."""
+        with self._lock:
+            study_id = self.study._study_id
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
+            frozen = self.storage.get_trial(trial_id)
+            trial = optuna.trial.Trial(self.study, trial_id)
+            trial.set_user_attr(keys.ATTR_RAY_TRIAL_ID, ray_trial_id)
+            steps = set(frozen.intermediate_values)
+            last = max(steps) if steps else 0
+            live = _Live(trial, steps, list(frozen.user_attrs.get(keys.ATTR_RESUMED_FROM, [])),
+                         last, frozen.intermediate_values.get(last),
+                         nodes=list(frozen.user_attrs.get(keys.ATTR_NODES, [])))
+            self._live[ray_trial_id] = live
+            seed = int(frozen.user_attrs.get(keys.ATTR_SEED,
+                                             trial_seed(self.config.search.seed, number)))
+            return number, dict(frozen.params), seed
+
+    def detach(self, ray_trial_id: str, attrs: dict[str, Any] | None = None) -> int | None:
+        """Forget a Ray attempt without ending its Optuna trial (it will be restarted);
+        return the trial number."""
+        with self._lock:
+            live = self._live.pop(ray_trial_id, None)
+            if live is None:
+                return None
+            for key, value in (attrs or {}).items():
+                live.trial.set_user_attr(key, value)
+            live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
+            return live.trial.number
+
+    def unfinished_numbers(self) -> list[int]:
+        """Trials of the study still RUNNING (left by this or an earlier driver)."""
+        return [t.number for t in self.study.get_trials(deepcopy=False,
+                                                        states=(TrialState.RUNNING,))]
+
+    def attr(self, number: int, key: str, default: Any = None) -> Any:
+        """A user attribute of trial ``number`` as stored."""
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
+            self.study._study_id, number)
+        return self.storage.get_trial(trial_id).user_attrs.get(key, default)
+
+    def prune_waiting(self, number: int, stop: StopRecord) -> None:
+        """End a trial that waited for a restart as PRUNED (e.g. the budget closed)."""
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
+            self.study._study_id, number)
+        trial = optuna.trial.Trial(self.study, trial_id)
+        trial.set_user_attr(keys.ATTR_STOP_REASON, f"{stop.policy}: {stop.reason}")
+        if self.storage.get_trial(trial_id).intermediate_values:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def fail_waiting(self, number: int, reason: str) -> None:
+        """End a trial that waited for a restart as FAIL with ``reason``."""
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
+            self.study._study_id, number)
+        trial = optuna.trial.Trial(self.study, trial_id)
+        trial.set_user_attr(keys.ATTR_ERROR, reason)
+        self.study.tell(trial, state=TrialState.FAIL)
 
     def number(self, ray_trial_id: str) -> int | None:
         live = self._live.get(ray_trial_id)
@@ -197,6 +248,17 @@ class StudyRecorder:
             if start > 0 and start not in live.resumed_from:
                 live.resumed_from.append(start)
                 live.trial.set_user_attr(keys.ATTR_RESUMED_FROM, list(live.resumed_from))
+            node = result.get(keys.NODE_ID)
+            if node and node != live.node:
+                live.node = node
+                live.nodes.append(node)
+                live.trial.set_user_attr(keys.ATTR_NODE, node)
+                live.trial.set_user_attr(keys.ATTR_NODES, list(live.nodes))
+            for past, past_value in result.get(keys.HISTORY) or ():
+                # Epochs a stopped driver never recorded, restored from the checkpoint.
+                if int(past) not in live.steps and int(past) < epoch:
+                    live.trial.report(float(past_value), step=int(past))
+                    live.steps.add(int(past))
             if epoch in live.steps:
                 return
             live.trial.report(value, step=epoch)

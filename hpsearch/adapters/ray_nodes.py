@@ -1,0 +1,141 @@
+"""Placing trials on spot or on-demand Ray nodes, and pricing each at its node.
+
+When the cluster's nodes declare their kind (see :mod:`hpsearch.nodekinds` for the
+``ray start --resources`` flags), each trial asks for its kind's resource, so it lands on
+a spot node when ``pricing.spot`` says spot and on an on-demand node otherwise. If no
+spot node is alive (all taken back), a trial waits ``preemption.spot_wait_s`` for one
+and then falls back to on-demand when that is allowed (``pricing.spot: auto`` or
+``preemption.on_demand_fallback``), or fails with the reason. Every trial is billed at
+the node it runs on: its declared instance and kind.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from hpsearch import nodekinds, pricing
+from hpsearch.config import Config
+from hpsearch.pricing import Price
+
+
+class Placement:
+    """The cluster's node kinds and the price of a trial on each node.
+
+    Args:
+        config: The run's config.
+        price: The run's price (after ``pricing.spot: auto`` was settled).
+        list_nodes: ``ray.nodes`` (injected for tests).
+        clock: Monotonic seconds.
+    """
+
+    def __init__(self, config: Config, price: Price, list_nodes: Callable[[], list],
+                 clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.price = price
+        self.list_nodes = list_nodes
+        self.clock = clock
+        self.prefer_spot = price.spot
+        self.fallback = (config.pricing.spot == "auto"
+                         or config.preemption.on_demand_fallback)
+        self._nodes: list[nodekinds.NodeKind] = []
+        self._read_at = -1e9
+        self._no_spot_since: float | None = None
+        self._prices: dict[str, Price] = {}
+        self._stuck_since: dict[str, float] = {}
+        self.verdicts: dict[str, tuple[str, str]] = {}
+
+    def nodes(self) -> list[nodekinds.NodeKind]:
+        if self.clock() - self._read_at > 1.0:
+            self._nodes = [nodekinds.parse_node(n) for n in self.list_nodes()]
+            self._read_at = self.clock()
+        return self._nodes
+
+    @property
+    def active(self) -> bool:
+        """Whether nodes declare kinds (else trials run anywhere at the run's price)."""
+        return nodekinds.declared(self.nodes())
+
+    def choose(self) -> tuple[bool | None, str | None]:
+        """The kind for a trial starting now: ``(spot, None)``; ``(None, None)`` to wait;
+        ``(None, reason)`` when it cannot run (no spot node and no fallback)."""
+        if not self.prefer_spot:
+            return False, None
+        if any(n.alive and n.spot for n in self.nodes()):
+            self._no_spot_since = None
+            return True, None
+        now = self.clock()
+        if self._no_spot_since is None:
+            self._no_spot_since = now
+        if now - self._no_spot_since < self.config.preemption.spot_wait_s:
+            return None, None
+        if self.fallback:
+            return False, None
+        return None, (f"no spot node alive for {self.config.preemption.spot_wait_s:g} s "
+                      f"and on-demand is not allowed (pricing.spot: true; set "
+                      f"preemption.on_demand_fallback: true to allow it)")
+
+    def kind_alive(self, spot: bool) -> bool:
+        """Whether some alive node offers this kind (re-read: nodes just went away)."""
+        self._read_at = -1e9
+        return any(n.alive and n.spot is spot for n in self.nodes())
+
+    def watch_pending(self, trials: list[Any]) -> list[tuple[Any, str, str]]:
+        """The watchdog: pending trials whose node kind no alive node offers any more,
+        for longer than ``preemption.spot_wait_s``. Returns ``(trial, action, reason)``
+        with action ``replace`` (start it again on on-demand) or ``fail``."""
+        from hpsearch import keys
+
+        out = []
+        now = self.clock()
+        for trial in trials:
+            spot = (trial.config or {}).get(keys.SPOT_NODE)
+            if trial.status != "PENDING" or spot is None or trial.trial_id in self.verdicts:
+                continue
+            if self.kind_alive(bool(spot)):
+                self._stuck_since.pop(trial.trial_id, None)
+                continue
+            since = self._stuck_since.setdefault(trial.trial_id, now)
+            if now - since < self.config.preemption.spot_wait_s:
+                continue
+            kind = "spot" if spot else "on-demand"
+            if spot and self.fallback:
+                action, reason = "replace", f"no {kind} node alive: moved to on-demand"
+            else:
+                action, reason = "fail", (
+                    f"no {kind} node alive for {self.config.preemption.spot_wait_s:g} s and "
+                    f"no fallback allowed" + (" (set preemption.on_demand_fallback: true)"
+                                              if spot else ""))
+            self.verdicts[trial.trial_id] = (action, reason)
+            out.append((trial, action, reason))
+        return out
+
+    def take_verdict(self, trial_id: str) -> tuple[str, str] | None:
+        """The watchdog's verdict on a trial it stopped (asked once)."""
+        return self.verdicts.pop(trial_id, None)
+
+    def resources(self, base: dict[str, float]) -> Callable[[dict[str, Any]], dict]:
+        """Tune's per-trial resources: ``base`` plus the kind the trial was placed on."""
+        from hpsearch import keys
+
+        def per_trial(config: dict[str, Any]) -> dict[str, float]:
+            spot = config.get(keys.SPOT_NODE)
+            if spot is None:
+                return dict(base)
+            return {**base, **nodekinds.kind_resource(bool(spot))}
+
+        return per_trial
+
+    def price_for_node(self, node_id: str) -> Price:
+        """What a trial-hour costs on ``node_id``: its declared instance and kind."""
+        if node_id in self._prices:
+            return self._prices[node_id]
+        node = next((n for n in self.nodes() if n.node_id == node_id), None)
+        if node is None or (node.spot is None and node.instance is None):
+            return self.price
+        if self.config.pricing.price_per_hour is not None:
+            return self.price
+        spot = self.price.spot if node.spot is None else node.spot
+        price = pricing.resolve(self.config, instance=node.instance, spot=spot)
+        self._prices[node_id] = price
+        return price

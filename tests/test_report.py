@@ -1,0 +1,660 @@
+"""The cost/accuracy report: pure computations, writers, the study reader, the CLI, a
+real run's report (its money against the ledger), headless Chromium and the dashboard.
+
+The pure and reader tests are fast; the tests on a real run are marked slow and share
+one small search (3 trials, one of them pruned by ASHA, priced as AWS spot).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from optuna.trial import TrialState
+
+import hpsearch
+from hpsearch import catalog as catalog_mod
+from hpsearch import keys, report, report_writers
+from hpsearch.errors import ConfigError
+from hpsearch.ledger import Ledger
+
+from .conftest import REPO
+
+slow = pytest.mark.slow
+
+# -- hand-made records -------------------------------------------------------------------
+
+
+def record(number, state, value=None, curve=(), params=None, when=None, **attrs):
+    """A trial record as the Optuna adapter produces it."""
+    return {
+        "number": number, "state": state, "value": value,
+        "intermediate": {i + 1: v for i, v in enumerate(curve)},
+        "params": params or {"lr": 0.1 * (number + 1)},
+        "user_attrs": attrs,
+        "datetime_start": "2026-01-01T00:00:00",
+        "datetime_complete": None if when is None else f"2026-01-01T00:{when:02d}:00",
+    }
+
+
+def study_info(mode="max", max_epochs=4, max_cost=None, direction=None):
+    return {
+        "name": "hand", "direction": direction or ("maximize" if mode == "max" else "minimize"),
+        "user_attrs": {
+            keys.ATTR_CONFIG: {"max_epochs": max_epochs,
+                               "objective": {"metric": "val_acc", "mode": mode},
+                               "budget": {"max_cost": max_cost}},
+            keys.ATTR_PRICE: {"currency": "USD", "instance": "aws:p3.2xlarge", "spot": True},
+        },
+    }
+
+
+def money(cost, wasted=0.0, spot=True, instance="aws:p3.2xlarge", **more):
+    return {"cost": cost, "wasted_cost": wasted, "billed_s": cost * 10, "instance": instance,
+            "spot": spot, "currency": "USD", **more}
+
+
+def rows_of(records, mode="max"):
+    return [report.trial_row(r, mode) for r in records]
+
+
+HAND = [
+    record(0, "COMPLETE", 0.90, [0.5, 0.8, 0.85, 0.90], when=5, epochs=4, **money(4.0)),
+    record(1, "PRUNED", 0.30, [0.2, 0.3], when=2, epochs=2,
+           stop_reason="asha: stopped at epoch 2/4", **money(1.0)),
+    record(2, "FAIL", None, [0.6], when=3, epochs=1, error="RuntimeError: boom",
+           **money(0.5, wasted=0.2, preemptions=2)),
+    record(3, "COMPLETE", 0.95, [0.6, 0.7, 0.9, 0.95], when=9, epochs=4, **money(6.0)),
+    record(4, "RUNNING", None, [0.7, 0.8], epochs=2, **money(2.0)),
+    record(5, "WAITING"),
+]
+
+
+# -- the Pareto front --------------------------------------------------------------------
+
+POINTS = [  # (key, cost, value)
+    ("A", 1.0, 0.5),
+    ("B", 2.0, 0.7),
+    ("C", 2.0, 0.6),   # same cost as B, worse: dominated
+    ("D", 3.0, 0.7),   # same value as B, dearer: dominated
+    ("E", 0.5, 0.3),
+    ("F", 4.0, 0.9),
+    ("G", 4.0, 0.9),   # identical to F: neither dominates the other
+    ("H", 1.0, 0.5),   # identical to A
+    ("I", 5.0, 0.85),  # dearer and worse than F
+]
+
+
+def test_pareto_front_max_mode_with_ties():
+    assert report.pareto_front(POINTS, "max") == ["E", "A", "H", "B", "F", "G"]
+
+
+def test_pareto_front_min_mode_with_ties():
+    # As losses, lower is better: E (0.3 at 0.5) beats everything that costs more.
+    assert report.pareto_front(POINTS, "min") == ["E"]
+    losses = [("a", 1.0, 0.9), ("b", 2.0, 0.5), ("c", 2.0, 0.5), ("d", 3.0, 0.5),
+              ("e", 4.0, 0.1), ("f", 0.5, 0.95), ("g", 5.0, 0.2)]
+    assert report.pareto_front(losses, "min") == ["f", "a", "b", "c", "e"]
+
+
+def test_pareto_front_leaves_out_missing_and_non_finite_points():
+    points = [("a", 1.0, 0.5), ("b", None, 0.99), ("c", 0.1, float("nan")),
+              ("d", float("inf"), 1.0), ("e", 2.0, None)]
+    assert report.pareto_front(points, "max") == ["a"]
+    assert report.pareto_front([], "max") == []
+    with pytest.raises(ValueError):
+        report.pareto_front(points, "maximize")
+
+
+def _dominates(p, q, mode):
+    better_or_equal = p[2] >= q[2] if mode == "max" else p[2] <= q[2]
+    strictly = (p[2] > q[2] if mode == "max" else p[2] < q[2]) or p[1] < q[1]
+    return p[1] <= q[1] and better_or_equal and strictly
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=25),
+       st.sampled_from(["max", "min"]))
+def test_pareto_front_matches_the_definition(pairs, mode):
+    points = [(i, float(c), float(v)) for i, (c, v) in enumerate(pairs)]
+    expected = {p[0] for p in points if not any(_dominates(q, p, mode) for q in points)}
+    front = report.pareto_front(points, mode)
+    assert set(front) == expected
+    costs = [points[k][1] for k in front]
+    assert costs == sorted(costs)
+
+
+# -- rows, savings and the summary --------------------------------------------------------
+
+
+def test_trial_rows_read_final_and_best_values_and_default_preemptions():
+    rows = {r["number"]: r for r in rows_of(HAND)}
+    assert rows[0]["value"] == 0.90 and rows[0]["best_value"] == 0.90
+    # A pruned or failed trial's final value is its last epoch.
+    assert rows[1]["value"] == 0.30 and rows[1]["stop_reason"].startswith("asha:")
+    assert rows[2]["value"] == 0.6 and rows[2]["error"] == "RuntimeError: boom"
+    assert rows[2]["preemptions"] == 2 and rows[0]["preemptions"] == 0
+    assert rows[4]["state"] == "RUNNING" and rows[4]["cost"] == 2.0
+    assert rows[5]["cost"] is None and rows[5]["epochs"] == 0 and rows[5]["value"] is None
+    assert rows[0]["duration_s"] == 300.0
+    # Best is mode-aware: as a loss, the first epoch of trial 0 is its best.
+    assert report.trial_row(HAND[0], "min")["best_value"] == 0.5
+    # Without an epochs attribute, the last reported epoch counts.
+    bare = record(7, "RUNNING", None, [0.1, 0.2, 0.3])
+    assert report.trial_row(bare, "max")["epochs"] == 3
+
+
+def test_savings_vs_no_pruning_scales_pruned_trials_linearly():
+    rows = rows_of(HAND)
+    est = report.savings_vs_no_pruning(rows, max_epochs=4)
+    # Trial 1 ran 2 of 4 epochs for 1.0: 2.0 to the end; the others as billed.
+    total = 4.0 + 1.0 + 0.5 + 6.0 + 2.0
+    assert est["estimate"] is True
+    assert est["baseline_cost"] == pytest.approx(total + 1.0)
+    assert est["amount"] == pytest.approx(1.0)
+    assert est["share"] == pytest.approx(1.0 / (total + 1.0))
+    assert est["n_scaled"] == 1
+    assert "estimate" in est["method"] and "max_epochs / epochs" in est["method"]
+
+    unknown = report.savings_vs_no_pruning(rows, max_epochs=None)
+    assert unknown["amount"] is None and "not estimated" in unknown["method"]
+
+
+def test_savings_vs_on_demand_reprices_spot_trials_with_the_catalogue_ratio():
+    catalog = catalog_mod.packaged()
+    offer = catalog.lookup("aws:p3.2xlarge")
+    ratio = offer.on_demand_per_hour / offer.spot_per_hour
+    rows = rows_of([
+        record(0, "COMPLETE", 0.9, [0.9], **money(1.0)),
+        record(1, "COMPLETE", 0.8, [0.8], **money(2.0, spot=False)),
+        record(2, "COMPLETE", 0.7, [0.7], **money(3.0, instance="nowhere:x9")),
+    ])
+    ratios = report.on_demand_ratios(["aws:p3.2xlarge", "nowhere:x9"], catalog)
+    assert ratios == {"aws:p3.2xlarge": pytest.approx(ratio), "nowhere:x9": None}
+    est = report.savings_vs_on_demand(rows, ratios)
+    assert est["estimate"] is True
+    assert est["amount"] == pytest.approx(1.0 * (ratio - 1))
+    assert est["baseline_cost"] == pytest.approx(1.0 * ratio + 2.0 + 3.0)
+    assert est["n_repriced"] == 1 and est["not_repriced"] == ["nowhere:x9"]
+    assert "on-demand/spot price ratio" in est["method"] and "nowhere:x9" in est["method"]
+
+    on_demand = rows_of([record(0, "COMPLETE", 0.9, [0.9], **money(1.0, spot=False))])
+    assert report.savings_vs_on_demand(on_demand, {})["amount"] == 0.0
+
+
+def test_summary_totals_best_trial_and_budget():
+    built = report.build(HAND, study_info(max_cost=27.0))
+    s = built.summary
+    assert s["total_cost"] == pytest.approx(13.5)
+    assert s["wasted_cost"] == pytest.approx(0.2)
+    assert s["budget_max_cost"] == 27.0 and s["budget_used"] == pytest.approx(0.5)
+    assert s["n_trials"] == 6
+    assert s["n_by_state"] == {"COMPLETE": 2, "PRUNED": 1, "FAIL": 1, "RUNNING": 1,
+                               "WAITING": 1}
+    assert (s["best_trial"], s["best_value"], s["best_epochs"]) == (3, 0.95, 4)
+    assert s["best_params"] == HAND[3]["params"]
+    assert s["currency"] == "USD" and s["metric"] == "val_acc" and s["mode"] == "max"
+    assert s["preemptions"] == 2
+    for key in ("savings_vs_no_pruning", "savings_vs_on_demand",
+                "savings_vs_on_demand_without_pruning"):
+        assert s[key]["estimate"] is True and s[key]["method"].startswith("estimate")
+        assert s[key]["amount"] > 0
+    both = s["savings_vs_on_demand_without_pruning"]["baseline_cost"]
+    assert both > s["savings_vs_no_pruning"]["baseline_cost"]
+    assert both > s["savings_vs_on_demand"]["baseline_cost"]
+    # Pareto front over COMPLETE and PRUNED trials: 1 (cheap), 0, 3 (best).
+    assert built.pareto_front == [1, 0, 3] == s["pareto_front"]
+    assert [r["number"] for r in built.trials if r["on_pareto_front"]] == [0, 1, 3]
+    assert built.cost_by_state["FAIL"] == {"n": 1, "cost": 0.5, "wasted_cost": 0.2}
+    assert "WAITING" not in built.cost_by_state  # it cost nothing: no bar
+
+    assert report.build(HAND, study_info()).summary["budget_used"] is None
+
+
+def test_summary_in_min_mode_and_without_completed_trials():
+    losses = [record(0, "COMPLETE", 0.3, [0.3], when=1, **money(1.0)),
+              record(1, "COMPLETE", 0.2, [0.2], when=2, **money(1.0)),
+              record(2, "COMPLETE", 0.2, [0.2], when=3, **money(1.0))]
+    s = report.build(losses, study_info(mode="min")).summary
+    assert (s["best_trial"], s["best_value"]) == (1, 0.2)  # ties: the first
+    # Without a config, the study's direction decides.
+    bare = {"name": "x", "direction": "minimize", "user_attrs": {}}
+    assert report.build(losses, bare).summary["mode"] == "min"
+
+    none = report.build([record(0, "PRUNED", 0.1, [0.1], **money(1.0))], study_info())
+    assert none.summary["best_trial"] is None and none.summary["best_value"] is None
+
+
+def test_best_vs_cost_follows_completion_order_with_running_trials_last():
+    built = report.build(HAND, study_info())
+    points = built.best_vs_cost
+    assert [p["number"] for p in points] == [1, 2, 0, 3, 4]  # WAITING costs nothing
+    assert [p["cumulative_cost"] for p in points] == pytest.approx([1.0, 1.5, 5.5, 11.5,
+                                                                    13.5])
+    assert [p["best_value"] for p in points] == [None, None, 0.90, 0.95, 0.95]
+    assert points[-1]["cumulative_cost"] == pytest.approx(built.summary["total_cost"])
+
+
+# -- writers -------------------------------------------------------------------------------
+
+
+def test_parse_formats():
+    assert report_writers.parse_formats("html, CSV,json,md,csv") == ["html", "csv", "json", "md"]
+    with pytest.raises(ConfigError, match=r"--format: unknown format 'pdf'.*\(got 'html,pdf'\)"):
+        report_writers.parse_formats("html,pdf")
+    with pytest.raises(ConfigError, match="--format"):
+        report_writers.parse_formats(" , ")
+
+
+def test_writers_on_a_hand_made_report(tmp_path):
+    built = report.build(HAND, study_info(max_cost=27.0))
+    paths = report_writers.write(built, tmp_path / "out", version="9.9")
+    assert [p.name for p in paths] == ["report.html", "report.csv", "report.json", "report.md"]
+
+    doc = json.loads((tmp_path / "out/report.json").read_text(),
+                     parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert doc["summary"]["total_cost"] == pytest.approx(13.5)
+    assert [t["number"] for t in doc["trials"]] == [0, 1, 2, 3, 4, 5]
+
+    with (tmp_path / "out/report.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6 and rows[1]["state"] == "PRUNED" and rows[5]["cost"] == ""
+    assert rows[0]["params_lr"] == "0.1"
+
+    md = (tmp_path / "out/report.md").read_text()
+    assert "Saved by pruning (estimate)" in md and "## How the estimates are made" in md
+    assert "| 3 * | COMPLETE | 0.95 |" in md
+
+    page = (tmp_path / "out/report.html").read_text()
+    assert_self_contained_figures(page)
+
+    only = report_writers.write(built, tmp_path / "csv-only", ["csv"])
+    assert [p.name for p in only] == ["report.csv"]
+    assert sorted(p.name for p in (tmp_path / "csv-only").iterdir()) == ["report.csv"]
+
+
+def assert_self_contained_figures(page: str) -> None:
+    for n in (1, 2, 3):
+        assert f'id="hpsearch-figure-{n}"' in page
+        assert re.search(rf'Plotly\.newPlot\(\s*"hpsearch-figure-{n}"', page), n
+    assert page.count("* plotly.js v") == 1, "plotly's JavaScript is not inlined once"
+    assert not re.search(r"<script[^>]*\ssrc=", page), "a script is loaded from elsewhere"
+    assert not re.search(r"<link[^>]*href=\"?https?:", page)
+
+
+# -- reading studies from storage -----------------------------------------------------------
+
+
+def make_study(url: str, name: str, running: bool = True) -> optuna.Study:
+    """A real SQLite study with a complete, a pruned and (optionally) a running trial."""
+    study = optuna.create_study(storage=url, study_name=name, direction="maximize")
+    study.set_user_attr(keys.ATTR_CONFIG, {"name": name, "max_epochs": 4,
+                                           "objective": {"metric": "val_acc", "mode": "max"}})
+    study.set_user_attr(keys.ATTR_PRICE, {"currency": "USD", "instance": "custom",
+                                          "spot": False})
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+    for i, (state, cost) in enumerate([("COMPLETE", 0.4), ("PRUNED", 0.1),
+                                       ("RUNNING", 0.25)][: 3 if running else 2]):
+        trial = study.ask(dist)
+        trial.report(0.5 + 0.1 * i, step=1)
+        for key, value in money(cost, spot=False, instance="custom").items():
+            trial.set_user_attr(key, value)
+        if state == "COMPLETE":
+            trial.report(0.9, step=2)
+            study.tell(trial, 0.9)
+        elif state == "PRUNED":
+            trial.set_user_attr(keys.ATTR_STOP_REASON, "median: behind")
+            study.tell(trial, state=TrialState.PRUNED)
+    return study
+
+
+def test_load_results_reads_a_run_in_progress(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    make_study(f"sqlite:///{run_dir / 'optuna.db'}", "live")
+    frame = hpsearch.load_results(run_dir)
+    assert list(frame["number"]) == [0, 1, 2]
+    assert list(frame["state"]) == ["COMPLETE", "PRUNED", "RUNNING"]
+    assert list(frame["cost"]) == pytest.approx([0.4, 0.1, 0.25])
+    assert frame.loc[2, "value"] == pytest.approx(0.7)  # its latest epoch
+    assert "params_lr" in frame.columns
+    assert frame.attrs["summary"]["total_cost"] == pytest.approx(0.75)
+    assert frame.attrs["summary"]["n_by_state"]["RUNNING"] == 1
+
+
+def test_the_study_is_chosen_by_name_run_dir_or_storage(tmp_path):
+    from hpsearch.adapters.results import load_report
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    make_study(url, "alpha", running=False)
+    make_study(url, "beta", running=False)
+    with pytest.raises(ConfigError, match=r"--study: .*holds 2 studies; choose one of: "
+                                          r"alpha, beta"):
+        hpsearch.load_results(url)
+    with pytest.raises(ConfigError, match=r"no such study .* it holds: alpha, beta "
+                                          r"\(got 'gamma'\)"):
+        hpsearch.load_results(url, study="gamma")
+    assert len(hpsearch.load_results(url, study="beta")) == 2
+
+    # A run dir whose space.yaml names another storage reads it, and its own study.
+    run_dir = tmp_path / "beta-run"
+    run_dir.mkdir()
+    (run_dir / "space.yaml").write_text(f"name: beta\nstorage: {url}\n")
+    report_obj, source = load_report(run_dir)
+    assert source.url == url and report_obj.summary["study"] == "beta"
+
+
+def test_sources_without_a_study_are_errors_and_create_nothing(tmp_path):
+    from hpsearch.adapters.results import load_report
+
+    with pytest.raises(ConfigError, match=r"run dir: not found \(got '.*nope'\)"):
+        load_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no study"):
+        load_report(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="SQLite file not found"):
+        load_report(f"sqlite:///{tmp_path / 'missing.db'}")
+    optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'blank.db'}")  # tables, no study
+    with pytest.raises(ConfigError, match=r"study: .* holds no study"):
+        load_report(f"sqlite:///{tmp_path / 'blank.db'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blank.db", "empty"]
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+# -- the CLI on bad input ------------------------------------------------------------------
+
+
+def cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0")
+    return subprocess.run([sys.executable, "-m", "hpsearch", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("hpsearch: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["report", "runs/nope"], ["run dir: not found", "(got 'runs/nope')"]),
+    (["report", "sqlite:///nope.db"], ["SQLite file not found", "(got 'sqlite:///nope.db')"]),
+    (["report", "run", "--format", "html,pdf"], ["--format: unknown format 'pdf'"]),
+    (["report", "run", "--study", "other"], ["--study: no such study", "(got 'other')"]),
+    (["report", "empty"], ["run dir: holds no study", "(got 'empty')"]),
+    (["dashboard", "runs/nope"], ["run dir: not found", "(got 'runs/nope')"]),
+    (["dashboard", "run", "--port", "0"], ["--port: must be between 1 and 65535"]),
+], ids=["missing-run-dir", "missing-sqlite", "bad-format", "unknown-study", "no-study",
+        "dashboard-missing-run-dir", "dashboard-bad-port"])
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, fragments):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    make_study(f"sqlite:///{run_dir / 'optuna.db'}", "one", running=False)
+    (tmp_path / "empty").mkdir()
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    proc = cli(*args, cwd=tmp_path)
+    assert_one_line_error(proc, *fragments)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_cli_dashboard_refuses_a_port_in_use(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    make_study(f"sqlite:///{run_dir / 'optuna.db'}", "one", running=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = cli("dashboard", "run", "--port", str(port), cwd=tmp_path)
+    assert_one_line_error(proc, "--port: cannot listen on 127.0.0.1", f"(got {port})")
+
+
+# -- a real run -----------------------------------------------------------------------------
+
+BASE = {
+    "name": "report-run",
+    "trainable": "hpsearch.examples.digits:build",
+    "objective": {"metric": "val_acc", "mode": "max"},
+    "max_epochs": 4,
+    "space": {
+        "lr": {"type": "float", "low": 1.0e-6, "high": 0.05, "log": True},
+        "hidden": {"type": "int", "low": 16, "high": 64, "log": True},
+        "dropout": {"type": "float", "low": 0.0, "high": 0.3, "step": 0.1},
+        "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
+    },
+    "search": {"sampler": "random", "n_trials": 3, "concurrency": 1, "seed": 0},
+    "pruning": {"policy": "asha", "min_epochs": 1, "reduction_factor": 2},
+    # A spot price from the catalogue, so the on-demand estimate has work to do.
+    "pricing": {"instance": "aws:g4dn.xlarge", "spot": True},
+    "budget": {"max_cost": 5.0},
+}
+GOOD = {"lr": 0.01, "hidden": 64, "dropout": 0.0, "optimizer": "adam"}
+#: A learning rate this small leaves the model at chance level: ASHA prunes it.
+BAD = {"lr": 1.0e-6, "hidden": 16, "dropout": 0.0, "optimizer": "sgd"}
+
+TRIAL_KEYS = {"number", "state", "value", "best_value", "epochs", "params", "stop_reason",
+              "cost", "wasted_cost", "billed_s", "preemptions", "instance", "spot"}
+CSV_COLUMNS = TRIAL_KEYS - {"params"} | {"params_lr", "params_hidden", "params_dropout",
+                                         "params_optimizer"}
+
+
+@pytest.fixture(scope="module")
+def real_run(ray_cluster, tmp_path_factory):
+    """One small real search with a pruned trial; its run dir and printed lines."""
+    run_dir = tmp_path_factory.mktemp("report-run") / "run"
+    run_dir.mkdir()
+    study = optuna.create_study(storage=f"sqlite:///{run_dir / 'optuna.db'}",
+                                study_name=BASE["name"], direction="maximize")
+    for params in (GOOD, GOOD, BAD):
+        study.enqueue_trial(params)
+    lines: list[str] = []
+    result = hpsearch.run(copy.deepcopy(BASE), run_dir=run_dir, emit=lines.append)
+    return result, lines
+
+
+@slow
+def test_run_writes_the_report_and_says_where(real_run):
+    result, lines = real_run
+    files = ["report.html", "report.csv", "report.json", "report.md"]
+    for name in files:
+        assert (result.run_dir / name).is_file(), name
+    (report_line,) = [ln for ln in lines if ln.startswith("Report: ")]
+    assert Path(report_line[len("Report: "):]).resolve() == \
+        (result.run_dir / "report.html").resolve()
+    (results_line,) = [ln for ln in lines if ln.startswith("Results: ")]
+    assert all(name in results_line for name in files)
+    assert lines.index(report_line) < lines.index(results_line)
+
+
+@slow
+def test_report_totals_match_the_ledger(real_run):
+    result, _ = real_run
+    ledger = Ledger(result.run_dir / "ledger.jsonl")
+    doc = json.loads((result.run_dir / "report.json").read_text())
+    summary, trials = doc["summary"], doc["trials"]
+    assert {"best_value", "total_cost", "wasted_cost", "currency", "best_trial",
+            "n_by_state", "savings_vs_no_pruning", "savings_vs_on_demand"} <= set(summary)
+    assert all(TRIAL_KEYS <= set(t) for t in trials)
+    assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert trials[2]["params"]["lr"] == BAD["lr"]
+    assert trials[2]["stop_reason"].startswith("asha: stopped at epoch 1/4")
+    assert all(t["instance"] == "aws:g4dn.xlarge" and t["spot"] is True for t in trials)
+    assert all(t["preemptions"] == 0 for t in trials)
+
+    assert sum(t["cost"] for t in trials) == pytest.approx(ledger.spent(), rel=1e-9)
+    assert summary["total_cost"] == pytest.approx(ledger.spent(), rel=1e-9)
+    assert summary["total_cost"] == pytest.approx(result.spent, rel=1e-9)
+    assert summary["wasted_cost"] == pytest.approx(ledger.wasted(), abs=1e-12)
+    for t in trials:
+        assert t["cost"] == pytest.approx(ledger.spent(trial=t["number"]), rel=1e-9)
+    assert summary["currency"] == "USD"
+    assert summary["budget_used"] == pytest.approx(ledger.spent() / 5.0)
+    best = max((t for t in trials if t["state"] == "COMPLETE"), key=lambda t: t["value"])
+    assert (summary["best_trial"], summary["best_value"]) == (best["number"], best["value"])
+    assert summary["best_value"] == pytest.approx(result.best_trial.value)
+
+    pruning = summary["savings_vs_no_pruning"]
+    assert pruning["estimate"] is True and pruning["n_scaled"] == 1
+    assert pruning["amount"] == pytest.approx(trials[2]["cost"] * 3)  # 1 of 4 epochs
+    offer = catalog_mod.packaged().lookup("aws:g4dn.xlarge")
+    spot = summary["savings_vs_on_demand"]
+    assert spot["amount"] == pytest.approx(
+        summary["total_cost"] * (offer.on_demand_per_hour / offer.spot_per_hour - 1))
+    assert spot["method"].startswith("estimate")
+
+
+@slow
+def test_report_csv_has_one_row_per_trial(real_run):
+    result, _ = real_run
+    with (result.run_dir / "report.csv").open() as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert CSV_COLUMNS <= set(reader.fieldnames)
+    assert [int(r["number"]) for r in rows] == [0, 1, 2]
+    ledger = Ledger(result.run_dir / "ledger.jsonl")
+    assert sum(float(r["cost"]) for r in rows) == pytest.approx(ledger.spent(), rel=1e-9)
+    assert rows[2]["state"] == "PRUNED" and float(rows[2]["params_lr"]) == BAD["lr"]
+
+
+@slow
+def test_report_html_holds_the_figures_and_loads_nothing_from_outside(real_run):
+    result, _ = real_run
+    page = (result.run_dir / "report.html").read_text()
+    assert_self_contained_figures(page)
+    assert "Saved by pruning (estimate)" in page and "Cost by trial state" in page
+
+
+@slow
+def test_load_results_returns_one_row_per_trial(real_run):
+    result, _ = real_run
+    frame = hpsearch.load_results(result.run_dir)
+    assert len(frame) == 3 and list(frame["number"]) == [0, 1, 2]
+    assert CSV_COLUMNS <= set(frame.columns)
+    assert frame["cost"].sum() == pytest.approx(result.spent, rel=1e-9)
+    same = hpsearch.load_results(result.storage_url, study=BASE["name"])
+    assert list(same["cost"]) == list(frame["cost"])
+
+
+@slow
+def test_cli_report_writes_the_requested_formats(real_run, in_tmp):
+    result, _ = real_run
+    proc = cli("report", str(result.run_dir), "--format", "csv,json", "--out", "out",
+               cwd=in_tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [str(Path("out") / "report.csv"),
+                                        str(Path("out") / "report.json")]
+    assert sorted(p.name for p in (in_tmp / "out").iterdir()) == ["report.csv",
+                                                                  "report.json"]
+    # A storage URL writes to ./report by default.
+    proc = cli("report", result.storage_url, "--format", "md", cwd=in_tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(Path("report") / "report.md")
+    assert "| 2 | PRUNED |" in (in_tmp / "report/report.md").read_text()
+
+
+@slow
+def test_headless_chromium_renders_the_plots(real_run, tmp_path):
+    result, _ = real_run
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("chromium is not installed: this test needs Debian's headless "
+                    "Chromium (apt-get install -y chromium; .ci/run installs it)")
+    page = (result.run_dir / "report.html").resolve()
+    proc = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+         "--virtual-time-budget=15000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    parts = re.split(r'id="hpsearch-figure-\d"', dom)
+    assert len(parts) == 4, "the three figure divs are not in the DOM"
+    for n, part in enumerate(parts[1:], start=1):
+        # plotly adds its SVG layers only once it has drawn the figure.
+        assert 'class="main-svg"' in part, f"figure {n} was not drawn"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str, proc: subprocess.Popen, deadline_s: float = 60.0):
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return json.loads(response.read())
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"the dashboard exited with {proc.returncode}: "
+                            f"{proc.stderr.read()[-2000:]}")
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@slow
+def test_cli_dashboard_serves_the_run(real_run, in_tmp):
+    result, _ = real_run
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpsearch", "dashboard", str(result.run_dir),
+         "--port", str(port)],
+        cwd=in_tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        studies = _get_json(f"http://127.0.0.1:{port}/api/studies", proc)["study_summaries"]
+        (summary,) = [s for s in studies if s["study_name"] == BASE["name"]]
+        detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{summary['study_id']}",
+                           proc)
+        trials = sorted(detail["trials"], key=lambda t: t["number"])
+        assert [t["state"] for t in trials] == ["Complete", "Complete", "Pruned"]
+        for trial in trials:
+            attrs = {a["key"]: a["value"] for a in trial["user_attrs"]}
+            for key in (keys.ATTR_COST, keys.ATTR_WASTED_COST, keys.ATTR_BILLED_S,
+                        keys.ATTR_INSTANCE, keys.ATTR_SPOT, keys.ATTR_CURRENCY):
+                assert key in attrs, (trial["number"], key)
+            assert float(attrs[keys.ATTR_COST]) > 0
+        pruned_attrs = {a["key"]: a["value"] for a in trials[2]["user_attrs"]}
+        assert pruned_attrs[keys.ATTR_STOP_REASON].startswith("asha:")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert f"Dashboard: http://127.0.0.1:{port}/dashboard/" in out
+    assert "Traceback" not in err
+    assert not _listening(port), "optuna-dashboard outlived the command"
