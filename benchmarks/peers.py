@@ -162,6 +162,12 @@ class HpsearchCostAware(NoPruning):
         self.accountant.trial_reported(trial, epoch, epoch_s, 0.0 if epoch == 1 else None)
         return self.pruner.on_result(trial, epoch, value).decision
 
+    def on_trial_preempted(self, trial, now_s):
+        from hpsearch.ledger import PREEMPTED
+
+        self.now = now_s
+        self.accountant.trial_ended(trial, PREEMPTED)
+
     def on_trial_end(self, trial, epoch, completed, now_s):
         from hpsearch.ledger import DONE, STOPPED
 

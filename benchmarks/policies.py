@@ -20,6 +20,10 @@ share of no pruning's money to the hit on the same task and seed (``x_none``).
         blood-transfusion] [--seeds 0 1 2 3 4] [--n 200] [--workers 4]
         [--policies ...] [--data DIR] [--out DIR] [--quick]
 
+A second table runs every policy again on spot (a third of the price) with simulated
+preemptions: the work since the last checkpoint is lost, restarts and checkpoints cost
+worker time, all counted in the money.
+
 Writes ``runs.csv`` (every run), ``summary.md`` (medians per policy) and
 ``accuracy_vs_money.png`` (best fully trained accuracy against money, per policy) to
 ``--out`` (default ``benchmarks/results``).
@@ -36,13 +40,14 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import lcbench, peers
-from hpsearch.simulate import SimResult, simulate
+from hpsearch.simulate import Preemptions, SimResult, simulate
 
 TARGET_PP = 0.5
 PRICE_PER_HOUR = 1.0  # the same for every policy: money is proportional to busy time
 
 
-def run_metrics(pool: lcbench.Pool, result: SimResult) -> dict:
+def run_metrics(pool: lcbench.Pool, result: SimResult,
+                price_per_hour: float = PRICE_PER_HOUR) -> dict:
     """The figures of one simulated run (money in price units)."""
     finals = pool.finals()
     best = float(finals.max())
@@ -55,11 +60,16 @@ def run_metrics(pool: lcbench.Pool, result: SimResult) -> dict:
                  if t not in result.completed)
     oracle = pool.curves[pool.best()].cum_time_s[-1]
     money_to_hit = result.busy_s(t_hit) if t_hit is not None else None
+    lost = sum(p[2] for p in result.preempted)
+    restarts = sum(p[3] for p in result.preempted)
     return {
         "hit": t_hit is not None,
-        "money_to_hit": None if money_to_hit is None else money_to_hit * PRICE_PER_HOUR / 3600,
+        "money_to_hit": None if money_to_hit is None else money_to_hit * price_per_hour / 3600,
         "regret_pp": best - max(trained) if trained else best,
-        "money": total * PRICE_PER_HOUR / 3600,
+        "money": total * price_per_hour / 3600,
+        "preemptions": len(result.preempted),
+        "lost_share": (lost + restarts) / total if total else 0.0,
+        "checkpoint_share": result.checkpoint_s / total if total else 0.0,
         "x_oracle": None if money_to_hit is None else money_to_hit / oracle,
         "wasted": wasted / total if total else 0.0,
         "trained_fully": len(result.completed),
@@ -78,32 +88,52 @@ def anytime(pool: lcbench.Pool, result: SimResult) -> list[tuple[float, float]]:
     return points
 
 
-def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None):
-    """Every (task, seed, policy) run; returns the rows and the anytime curves."""
+#: The spot market of the second table: a third of the on-demand price (the design
+#: notes' rule of thumb), preemptions at 0.5 per running hour (measured single-V100 spot
+#: runs last 0.8-3.6 h), a 60 s restart and a 2 s checkpoint every epoch.
+SPOT_PRICE = PRICE_PER_HOUR / 3
+SPOT_RATE_PER_HOUR = 0.5
+SPOT_RESTART_S = 60.0
+SPOT_CHECKPOINT_S = 2.0
+
+
+def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
+            spot_rate: float | None = None):
+    """Every (task, seed, policy) run, on demand and (with ``spot_rate``) on spot with
+    simulated preemptions; returns the rows and the anytime curves (on demand)."""
     rows, curves = [], {}
+    markets = ["on-demand"] + (["spot"] if spot_rate else [])
     for task in tasks:
         for seed in seeds:
             pool = lcbench.load_pool(task, n, seed, data)
             order = list(np.random.default_rng([seed, 1]).permutation(n))
             max_epochs = max(c.epochs for c in pool.curves)
-            for policy in policies:
-                scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n, seed=seed,
-                                       **(options or {}))
-                started = time.perf_counter()
-                result = simulate(pool.curves, order, workers, scheduler)
-                row = {"task": task, "seed": seed, "policy": policy, "n": n,
-                       "workers": workers, **run_metrics(pool, result),
-                       "wall_s": time.perf_counter() - started}
-                rows.append(row)
-                curves[(task, seed, policy)] = anytime(pool, result)
-            base = next(r for r in rows if (r["task"], r["seed"], r["policy"])
-                        == (task, seed, "none")) if "none" in policies else None
+            for market in markets:
+                for policy in policies:
+                    scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n,
+                                           seed=seed, **(options or {}))
+                    spot = market == "spot"
+                    started = time.perf_counter()
+                    result = simulate(pool.curves, order, workers, scheduler, preemptions=(
+                        Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
+                        if spot else None))
+                    row = {"task": task, "seed": seed, "policy": policy, "market": market,
+                           "n": n, "workers": workers,
+                           **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR),
+                           "wall_s": time.perf_counter() - started}
+                    rows.append(row)
+                    if not spot:
+                        curves[(task, seed, policy)] = anytime(pool, result)
+            base = next((r for r in rows if (r["task"], r["seed"], r["policy"], r["market"])
+                         == (task, seed, "none", "on-demand")), None)
             for r in rows:
                 if (r["task"], r["seed"]) == (task, seed):
+                    # Every run, spot included, against no pruning on demand.
                     r["x_none"] = (r["money_to_hit"] / base["money_to_hit"]
                                    if base and r["hit"] and base["hit"] else None)
-                    log(f"{task:18s} seed {seed} {r['policy']:17s} hit {str(r['hit']):5s} "
-                        f"x_none {fmt(r['x_none'])} regret {r['regret_pp']:.2f} pp")
+                    log(f"{task:18s} seed {seed} {r['market']:9s} {r['policy']:17s} hit "
+                        f"{str(r['hit']):5s} x_none {fmt(r['x_none'])} "
+                        f"regret {r['regret_pp']:.2f} pp")
     return rows, curves
 
 
@@ -111,10 +141,10 @@ def fmt(x, digits=2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def summarise(rows: list[dict], policies) -> list[dict]:
+def summarise(rows: list[dict], policies, market: str = "on-demand") -> list[dict]:
     out = []
     for policy in policies:
-        mine = [r for r in rows if r["policy"] == policy]
+        mine = [r for r in rows if r["policy"] == policy and r["market"] == market]
         hits = [r for r in mine if r["hit"]]
 
         def med(key, among=hits):
@@ -124,7 +154,10 @@ def summarise(rows: list[dict], policies) -> list[dict]:
         out.append({"policy": policy, "hits": len(hits), "runs": len(mine),
                     "x_none": med("x_none"), "x_oracle": med("x_oracle"),
                     "regret_pp": med("regret_pp", mine), "wasted": med("wasted", mine),
-                    "money_x_none": _money_ratio(rows, mine)})
+                    "money_x_none": _money_ratio(rows, mine),
+                    "lost_share": med("lost_share", mine),
+                    "checkpoint_share": med("checkpoint_share", mine),
+                    "preemptions": med("preemptions", mine)})
     return out
 
 
@@ -132,7 +165,7 @@ def _money_ratio(rows, mine) -> float | None:
     ratios = []
     for r in mine:
         base = next((b for b in rows if b["policy"] == "none" and b["task"] == r["task"]
-                     and b["seed"] == r["seed"]), None)
+                     and b["seed"] == r["seed"] and b["market"] == "on-demand"), None)
         if base:
             ratios.append(r["money"] / base["money"])
     return statistics.median(ratios) if ratios else None
@@ -151,7 +184,7 @@ def dominated_by(summary: list[dict], policy: str) -> list[str]:
     return out
 
 
-def markdown(summary: list[dict], args) -> str:
+def markdown(summary: list[dict], args, spot: list[dict] | None = None) -> str:
     lines = [
         f"Tasks {', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
         f"pools of {args.n}; {args.workers} workers; target = pool best - {TARGET_PP} pp.",
@@ -168,6 +201,23 @@ def markdown(summary: list[dict], args) -> str:
         beaten = dominated_by(summary, "cost_aware")
         lines += ["", "Peers both more often right and cheaper than cost_aware: "
                   + (", ".join(beaten) if beaten else "none")]
+    if spot:
+        lines += [
+            "", f"On spot at a third of the price, {args.spot_rate:g} preemptions per "
+            f"running hour, {SPOT_RESTART_S:g} s per restart, {SPOT_CHECKPOINT_S:g} s per "
+            "checkpoint (money against no pruning on demand):", "",
+            "| policy | hits | money to hit (x none on-demand) | regret pp (median) | "
+            "preemptions per run | lost work + restarts (share) | checkpoints (share) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for s in spot:
+            lines.append(f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+                         f"{fmt(s['regret_pp'])} | {fmt(s['preemptions'], 0)} | "
+                         f"{fmt(s['lost_share'], 3)} | {fmt(s['checkpoint_share'], 3)} |")
+        if any(s["policy"] == "cost_aware" for s in spot):
+            beaten = dominated_by(spot, "cost_aware")
+            lines += ["", "On spot, peers both more often right and cheaper than cost_aware: "
+                      + (", ".join(beaten) if beaten else "none")]
     return "\n".join(lines) + "\n"
 
 
@@ -208,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="benchmark data folder (default $HPSEARCH_BENCHDATA or "
                              "../shared/benchdata)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--spot-rate", type=float, default=SPOT_RATE_PER_HOUR,
+                        help="preemptions per running hour of the spot table "
+                             f"(default {SPOT_RATE_PER_HOUR}; 0 = no spot table)")
     parser.add_argument("--quick", action="store_true",
                         help="one task, one seed, 60 configurations (CI; under a minute)")
     args = parser.parse_args(argv)
@@ -217,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds, args.n = [args.seeds[0]], 60
     try:
         rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
-                               args.data)
+                               args.data, spot_rate=args.spot_rate)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -226,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)
     summary = summarise(rows, args.policies)
-    text = markdown(summary, args)
+    spot = summarise(rows, args.policies, "spot") if args.spot_rate else None
+    text = markdown(summary, args, spot)
     (args.out / "summary.md").write_text(text)
     plot(curves, args.tasks, args.seeds, args.policies, args.out / "accuracy_vs_money.png")
     print()

@@ -162,6 +162,10 @@ def _validate(args: argparse.Namespace) -> int:
     print(f"ok: {args.space} is valid ({len(config.space)} parameters); a trial-hour costs "
           f"{fmt_money(price.per_hour, price.currency)} on {price.instance}"
           f"{' (spot)' if price.spot else ''}", file=sys.stderr)
+    reason = pricing.auto_reason(config)
+    if reason:
+        print(f"pricing.spot: auto chose {'spot' if price.spot else 'on-demand'}: {reason}",
+              file=sys.stderr)
     return 0
 
 

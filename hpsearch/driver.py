@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,35 @@ def _check_fits(config: config_mod.Config, nodes: list[dict[str, Any]]) -> None:
             raise ConfigError(field, f"no trial could ever start: {where}", want)
 
 
+class _WorkerDeathNotices:
+    """Keeps Ray's "(raylet) A worker died or was killed ..." notices off the console.
+
+    Ray prints one to stdout for every trial process that dies; hpsearch handles those
+    deaths itself (a preemption restarts the trial, a failure is recorded) and says so in
+    one line of its own, so the notice goes to hpsearch.log instead.
+    """
+
+    MARK = "A worker died or was killed"
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.swallow_newline = False
+
+    def write(self, text: str) -> int:
+        if self.MARK in text:
+            log.info("ray: %s", text.strip())
+            self.swallow_newline = True
+            return len(text)
+        if self.swallow_newline and text == "\n":
+            self.swallow_newline = False
+            return len(text)
+        self.swallow_newline = False
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 class _RaySession:
     """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started."""
 
@@ -192,6 +222,10 @@ def _attach_log(run_dir: Path) -> logging.Handler:
         logger.propagate = False
     # The new output engine ignores verbose=0 and prints its own tables.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    # hpsearch checks the objective itself (a trial that never logs it aborts the run
+    # with a clear error); Tune's check would crash the whole run on a restart's final
+    # bookkeeping result instead.
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     return handler
 
 
@@ -421,8 +455,12 @@ class _Session:
                 log.warning("trial %s failed: %s", number, error)
 
         def restarted(number, outcome, reason, last_result):
-            epoch = int(last_result.get(keys.EPOCH, 0))
-            kept = int(last_result.get(keys.CHECKPOINT_EPOCH, epoch))
+            # An attempt killed before it reported has no result: ask the study and the
+            # trial's checkpoints instead.
+            epoch = int(last_result.get(keys.EPOCH, 0)
+                        or recorder.attr(number, keys.ATTR_EPOCHS, 0) or 0)
+            entries = CheckpointStore(checkpoints / runner.trial_name(number)).entries()
+            kept = entries[-1].epoch if entries else 0
             if outcome == "moved":
                 out(f"  trial {number}: {reason}")
                 log.warning("trial %s: %s", number, reason)
@@ -503,7 +541,11 @@ class _Session:
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
-        tuner.fit()
+        stdout, sys.stdout = sys.stdout, _WorkerDeathNotices(sys.stdout)
+        try:
+            tuner.fit()
+        finally:
+            sys.stdout = stdout
         out(progress.status())
         leftover = recorder.unfinished()
         self.accountant.ledger.close_all(self.backend.clock(), FAILED)

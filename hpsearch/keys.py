@@ -45,6 +45,7 @@ ATTR_BILLED_S = "billed_s"
 ATTR_INSTANCE = "instance"
 ATTR_SPOT = "spot"
 ATTR_CURRENCY = "currency"
+ATTR_SPOT_COST = "spot_cost"  #: the part of ``cost`` billed at spot prices
 
 # Optuna study user attributes.
 ATTR_CONFIG = "config"

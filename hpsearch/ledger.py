@@ -100,12 +100,14 @@ class TrialMoney:
     instance: str
     spot: bool
     currency: str
+    spot_cost: float = 0.0
 
     def attrs(self) -> dict:
         """The Optuna user attributes (keys from :mod:`hpsearch.keys`)."""
         return {keys.ATTR_COST: self.cost, keys.ATTR_WASTED_COST: self.wasted_cost,
                 keys.ATTR_BILLED_S: self.billed_s, keys.ATTR_INSTANCE: self.instance,
-                keys.ATTR_SPOT: self.spot, keys.ATTR_CURRENCY: self.currency}
+                keys.ATTR_SPOT: self.spot, keys.ATTR_CURRENCY: self.currency,
+                keys.ATTR_SPOT_COST: self.spot_cost}
 
 
 class Ledger:
@@ -225,6 +227,7 @@ class Ledger:
             wasted_cost=sum(i.wasted_cost() for i in intervals),
             billed_s=sum(i.billed_s(now_s) for i in intervals),
             instance=last.instance, spot=last.spot, currency=last.currency,
+            spot_cost=sum(i.cost(now_s) for i in intervals if i.spot),
         )
 
     def trials(self) -> list[int]:

@@ -176,6 +176,10 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "preemptions": int(attrs.get(keys.ATTR_PREEMPTIONS) or 0),
         "instance": attrs.get(keys.ATTR_INSTANCE),
         "spot": None if spot is None else bool(spot),
+        # Money billed at spot prices: all of it for a spot trial whose record predates
+        # the split, none for an on-demand one.
+        "spot_cost": _finite(attrs.get(keys.ATTR_SPOT_COST,
+                                       attrs.get(keys.ATTR_COST) if spot else 0.0)),
         "currency": attrs.get(keys.ATTR_CURRENCY),
         "saved_cost": _finite(attrs.get(keys.ATTR_SAVED_COST)),
         "predicted_final": _finite(attrs.get(keys.ATTR_PREDICTED_FINAL)),
@@ -353,13 +357,18 @@ def on_demand_ratios(instances: Iterable[str],
     return out
 
 
-def on_demand_factor(row: Mapping[str, Any],
-                     ratios: Mapping[str, float | None]) -> float | None:
-    """A trial's cost multiplier on demand: 1 for on-demand trials, the catalogue's
-    ratio for spot trials, None for a spot trial whose instance has no ratio."""
-    if not row["spot"]:
-        return 1.0
-    return ratios.get(row["instance"] or "")
+def on_demand_cost(row: Mapping[str, Any],
+                   ratios: Mapping[str, float | None]) -> float | None:
+    """What a trial's billed money would have been on demand: its spot-billed part times
+    the catalogue's on-demand/spot ratio, plus the part already billed on demand; None if
+    it has spot money on an instance without a ratio."""
+    spot_cost = row.get("spot_cost") or 0.0
+    if spot_cost <= 0:
+        return row["cost"]
+    ratio = ratios.get(row["instance"] or "")
+    if ratio is None:
+        return None
+    return row["cost"] - spot_cost + spot_cost * ratio
 
 
 def savings_vs_on_demand(rows: Sequence[Mapping[str, Any]],
@@ -379,13 +388,13 @@ def savings_vs_on_demand(rows: Sequence[Mapping[str, Any]],
     repriced = 0
     missing: set[str] = set()
     for row in costed:
-        factor = on_demand_factor(row, ratios)
-        if factor is None:
+        on_demand = on_demand_cost(row, ratios)
+        if on_demand is None:
             missing.add(str(row["instance"]))
-            factor = 1.0
-        elif row["spot"]:
+            on_demand = row["cost"]
+        elif (row.get("spot_cost") or 0.0) > 0:
             repriced += 1
-        baseline += row["cost"] * factor
+        baseline += on_demand
     method = METHOD_ON_DEMAND
     if missing:
         method += (f"; spot trials on {', '.join(sorted(missing))} (no on-demand price in "
@@ -402,8 +411,8 @@ def savings_vs_on_demand_without_pruning(rows: Sequence[Mapping[str, Any]],
     total = sum(r["cost"] for r in costed)
     if not max_epochs:
         return _estimate(total, None, "not estimated: the study records no max_epochs")
-    baseline = sum(r["cost"] * (no_pruning_factor(r, max_epochs) or 1.0)
-                   * (on_demand_factor(r, ratios) or 1.0) for r in costed)
+    baseline = sum((on_demand_cost(r, ratios) or r["cost"])
+                   * (no_pruning_factor(r, max_epochs) or 1.0) for r in costed)
     return _estimate(total, baseline, METHOD_BOTH)
 
 
@@ -516,7 +525,8 @@ def build(records: Iterable[Mapping[str, Any]], study: Mapping[str, Any],
     on_front = set(front)
     for row in rows:
         row["on_pareto_front"] = row["number"] in on_front
-    spot_instances = sorted({r["instance"] for r in rows if r["spot"] and r["instance"]})
+    spot_instances = sorted({r["instance"] for r in rows
+                             if (r.get("spot_cost") or 0) > 0 and r["instance"]})
     ratios = on_demand_ratios(spot_instances, catalog or default_catalog(study)) \
         if spot_instances else {}
     return Report(

@@ -227,15 +227,24 @@ def test_quick_benchmark_writes_its_results(tmp_path, capsys):
 
     assert policies.main(["--quick", "--tasks", "synthetic", "--out", str(tmp_path)]) == 0
     runs = pd.read_csv(tmp_path / "runs.csv")
-    assert list(runs["policy"]) == list(peers.PEERS)  # one row per policy
+    # One row per policy on demand, then one per policy on spot with preemptions.
+    assert list(runs["policy"]) == list(peers.PEERS) * 2
+    assert list(runs["market"]) == ["on-demand"] * len(peers.PEERS) + ["spot"] * len(peers.PEERS)
     assert set(RUN_COLUMNS) <= set(runs.columns)
     assert set(runs["task"]) == {"synthetic"} and set(runs["seed"]) == {0}
     assert set(runs["n"]) == {60}
-    none = runs.set_index("policy").loc["none"]
+    on_demand = runs[runs["market"] == "on-demand"].set_index("policy")
+    none = on_demand.loc["none"]
     assert bool(none["hit"]) and none["x_none"] == pytest.approx(1.0)
     assert none["regret_pp"] == 0 and none["wasted"] == 0
+    assert none["preemptions"] == 0 and none["checkpoint_share"] == 0
+    spot_none = runs[runs["market"] == "spot"].set_index("policy").loc["none"]
+    # A third of the price, plus checkpoints and lost work: cheaper, but not 3x cheaper.
+    assert 1 / 3 < spot_none["x_none"] < 1.0
+    assert spot_none["checkpoint_share"] > 0
     summary = (tmp_path / "summary.md").read_text()
     assert "| policy | hits |" in summary
+    assert "On spot at a third of the price" in summary
     for name in peers.PEERS:
         assert f"| {name} | " in summary, name
     png = (tmp_path / "accuracy_vs_money.png").read_bytes()

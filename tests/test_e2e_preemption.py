@@ -382,3 +382,16 @@ print(json.dumps({"spot_node": spot.node_id, "on_demand_node": on_demand.node_id
 ray.shutdown()
 cluster.shutdown()
 '''
+
+
+def test_a_trial_preempted_after_its_last_checkpoint_still_completes(ray_cluster, in_tmp):
+    # Killed right after its last epoch was checkpointed: the restart has nothing to
+    # train and reports the checkpoint's epoch, so the study still hears how it ended.
+    cfg = spec(**{"name": "last", "max_epochs": 3, "search.n_trials": 1,
+                  "search.concurrency": 1, "preemption.simulate.at": [{"trial": 0, "epoch": 3}]})
+    (trial,) = load_study(hpsearch.run(cfg, emit=None)).get_trials()
+    if "preemptions" not in trial.user_attrs:
+        pytest.fail("the kill came too late: the trial had already ended")
+    assert trial.state == TrialState.COMPLETE
+    assert sorted(trial.intermediate_values) == [1, 2, 3]
+    assert trial.value == trial.intermediate_values[3]

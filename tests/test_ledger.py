@@ -248,9 +248,11 @@ def test_trial_money_attrs_keys():
     ledger.open(0, T0, P)
     ledger.close(0, T0 + 10, DONE)
     attrs = ledger.trial_money(0).attrs()
-    assert set(attrs) == {"cost", "wasted_cost", "billed_s", "instance", "spot", "currency"}
+    assert set(attrs) == {"cost", "wasted_cost", "billed_s", "instance", "spot", "currency",
+                          "spot_cost"}
     assert set(attrs) == {keys.ATTR_COST, keys.ATTR_WASTED_COST, keys.ATTR_BILLED_S,
-                          keys.ATTR_INSTANCE, keys.ATTR_SPOT, keys.ATTR_CURRENCY}
+                          keys.ATTR_INSTANCE, keys.ATTR_SPOT, keys.ATTR_CURRENCY,
+                          keys.ATTR_SPOT_COST}
     assert attrs["currency"] == "USD" and attrs["cost"] == pytest.approx(0.01)
     assert attrs["instance"] == "aws:p3.2xlarge" and attrs["spot"] is False
 
@@ -422,3 +424,20 @@ def test_interval_dataclass_defaults():
     interval = Interval(0, "x", False, 3.6, "USD", T0)
     assert interval.outcome == "open" and interval.end_s is None
     assert interval.billed_s(T0 + 10) == 10 and interval.wasted_s() == 0
+
+
+def test_spot_cost_is_the_part_billed_at_spot_prices():
+    from hpsearch.pricing import Price
+
+    spot = Price(3600.0, "USD", "aws:x", True, 3600.0, 1.0)
+    on_demand = Price(3600.0 * 3, "USD", "aws:x", False, 3600.0 * 3, 1.0)
+    ledger = Ledger()
+    ledger.open(0, T0, spot)
+    ledger.close(0, T0 + 10, PREEMPTED)
+    ledger.open(0, T0 + 20, spot)
+    ledger.reprice(0, on_demand)  # it landed on an on-demand node this time
+    ledger.close(0, T0 + 30, DONE)
+    money = ledger.trial_money(0)
+    assert money.spot_cost == pytest.approx(10.0)
+    assert money.cost == pytest.approx(10.0 + 30.0)
+    assert money.spot is False  # the latest interval's kind

@@ -658,3 +658,13 @@ def test_cli_dashboard_serves_the_run(real_run, in_tmp):
     assert f"Dashboard: http://127.0.0.1:{port}/dashboard/" in out
     assert "Traceback" not in err
     assert not _listening(port), "optuna-dashboard outlived the command"
+
+
+def test_a_trial_moved_from_spot_to_on_demand_is_repriced_only_for_its_spot_part():
+    from hpsearch.report import savings_vs_on_demand
+
+    row = {"cost": 40.0, "spot_cost": 10.0, "instance": "aws:x", "spot": False}
+    saved = savings_vs_on_demand([row], {"aws:x": 3.0})
+    assert saved["estimate"] is True
+    assert saved["baseline_cost"] == pytest.approx(40.0 - 10.0 + 30.0)
+    assert saved["amount"] == pytest.approx(20.0)

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.peers import HpsearchCostAware, NoPruning
 from hpsearch.decisions import Decision
-from hpsearch.simulate import Curve, Segment, SimResult, simulate
+from hpsearch.simulate import Curve, Preemptions, Segment, SimResult, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 C, S, P = Decision.CONTINUE, Decision.STOP, Decision.PAUSE
@@ -321,3 +321,61 @@ def test_simulate_and_peers_import_no_heavy_package():
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+# ---------------------------------------------------------------------------------------
+# Preemptions (spot)
+
+
+class ScriptedPreemptions(Preemptions):
+    """Preempt attempt 1 of each listed trial ``after`` seconds into it; never again."""
+
+    def __init__(self, after: dict[int, float], restart_s: float = 0.0,
+                 checkpoint_s: float = 0.0):
+        super().__init__(rate_per_hour=1.0, restart_s=restart_s, checkpoint_s=checkpoint_s)
+        object.__setattr__(self, "after", after)
+
+    def after_s(self, trial, attempt):
+        return self.after.get(trial, float("inf")) if attempt == 1 else float("inf")
+
+
+def test_a_preempted_trial_restarts_from_its_last_epoch_and_loses_the_partial_one():
+    # Epochs of 10 s; preempted 25 s in (mid epoch 3): 5 s lost, restart costs 7 s.
+    sched = Recorder()
+    result = simulate([curve([10] * 4)], [0], 1, sched,
+                      preemptions=ScriptedPreemptions({0: 25.0}, restart_s=7.0))
+    assert result.preempted == [(25.0, 0, 5.0, 7.0)]
+    assert timeline(result) == [(10, 0, 1), (20, 0, 2), (25 + 7 + 10, 0, 3), (52, 0, 4)]
+    assert [(s.start_s, s.end_s, s.first_epoch, s.last_epoch) for s in result.segments] == [
+        (0, 25, 1, 2), (25, 52, 3, 4)]
+    assert result.busy_s() == 52 and result.completed == {0: 52}
+    assert [c[0] for c in sched.calls] == ["start", "start", "end"]
+
+
+def test_a_restart_goes_before_new_configurations():
+    result = simulate([curve([10, 10]), curve([1])], [0, 1], 1, NoPruning(),
+                      preemptions=ScriptedPreemptions({0: 15.0}))
+    assert timeline(result) == [(10, 0, 1), (25, 0, 2), (26, 1, 1)]
+
+
+def test_checkpoints_cost_worker_time_every_epoch():
+    result = simulate([curve([10, 10])], [0], 1, NoPruning(),
+                      preemptions=ScriptedPreemptions({}, checkpoint_s=2.0))
+    assert timeline(result) == [(12, 0, 1), (24, 0, 2)]
+    assert result.checkpoint_s == 4.0
+
+
+def test_the_cost_aware_scheduler_bills_a_preempted_attempt_apart():
+    sched = HpsearchCostAware(4)
+    simulate([curve([10] * 4)], [0], 1, sched,
+             preemptions=ScriptedPreemptions({0: 25.0}, restart_s=5.0))
+    intervals = sched.accountant.ledger.intervals
+    assert [i.outcome for i in intervals] == ["preempted", "done"]
+    assert intervals[0].wasted_s() == pytest.approx(5.0)
+
+
+def test_poisson_preemptions_are_seeded():
+    model = Preemptions(rate_per_hour=3600.0, seed=3)
+    assert model.after_s(0, 1) == Preemptions(rate_per_hour=3600.0, seed=3).after_s(0, 1)
+    assert model.after_s(0, 1) != model.after_s(0, 2)
+    assert Preemptions(rate_per_hour=0.0).after_s(0, 1) == float("inf")

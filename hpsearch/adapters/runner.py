@@ -206,6 +206,19 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             if notice.is_set():
                 notice.handled.set()
 
+        def report_restored(self, entry) -> None:
+            """Report the epoch a checkpoint holds (a restart with nothing left to do)."""
+            from ray import tune as ray_tune
+
+            self.history_sent = True
+            ray_tune.report({
+                spec.metric: entry.metric, keys.EPOCH: entry.epoch, keys.EPOCH_TIME_S: 0.0,
+                keys.TRIAL_TIME_S: time.monotonic() - self.process_started,
+                keys.START_EPOCH: entry.epoch, keys.CHECKPOINT_EPOCH: entry.epoch,
+                keys.NODE_ID: node_id, keys.REMAINING_S: 0.0, keys.COST_TO_FINISH: 0.0,
+                keys.HISTORY: [[e, v] for e, v in sorted(self.history.items())],
+            })
+
         def on_signal(self) -> bool:
             """SIGTERM arrived. Between two epochs (blocked reporting the last one, the
             usual case): checkpoint it now if it is not yet and say so; else False."""
@@ -338,6 +351,10 @@ def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec
             log.info("trial %d: resuming from %s", trial_number, resume.path)
             trainer.fit(module, datamodule=data,
                         ckpt_path=str(resume.path / CHECKPOINT_FILE), weights_only=False)
+            if not report.history_sent:
+                # It had checkpointed its last epoch before it stopped: nothing to train,
+                # but the study must still hear how it ended.
+                report.report_restored(resume)
     finally:
         if poller is not None:
             poller.stop()
