@@ -13,15 +13,14 @@ and seed, all in one process and one Ray session, side by side. Money is the led
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT, local_ray
+
 SPACE = ROOT / "search_spaces" / "digits_mlp.yaml"
 
 
@@ -33,15 +32,11 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="KEY=VALUE", help="extra overrides for every run")
     args = parser.parse_args(argv)
 
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
-                                                             os.environ.get("PYTHONPATH")]))
-    import ray
     from optuna.trial import TrialState
 
     import hpsearch
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR)
+    ray = local_ray()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -110,15 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.large <= args.small:
         parser.error("--large must be greater than --small")
 
-    root = str(Path(__file__).resolve().parents[1])
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    sys.path.insert(0, root)
     _quiet()
-    import ray
+    from benchmarks.common import local_ray
 
     started = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR)
+    ray = local_ray()
     ray_init_s = time.perf_counter() - started
 
     times: dict[tuple[str, int], list[float]] = {}

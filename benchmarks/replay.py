@@ -220,15 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", default=["cost_aware", "ray-asha"])
     parser.add_argument("--data", type=Path, default=lcbench.default_data_dir())
     args = parser.parse_args(argv)
-    import logging
-    import os
+    from benchmarks.common import local_ray
 
-    import ray
-
-    root = str(Path(__file__).resolve().parents[1])
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR)
+    ray = local_ray()
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for policy in args.policies:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT, local_ray
+
 SPACE = ROOT / "search_spaces" / "digits_mlp.yaml"
 INSTANCE = "aws:g4dn.xlarge"
 
@@ -55,15 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=400.0,
                         help="simulated preemptions per trial-hour (default 400)")
     args = parser.parse_args(argv)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
-                                                             os.environ.get("PYTHONPATH")]))
     import optuna
-    import ray
 
     import hpsearch
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR)
+    ray = local_ray()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:

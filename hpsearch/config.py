@@ -324,6 +324,33 @@ class Preemption:
     simulate: SimulatedPreemption = _section(SimulatedPreemption, "Simulated preemptions.")
 
 
+def _oom_steps(value: Any, path: str) -> tuple[str, ...]:
+    from hpsearch.oom import STEPS
+
+    if not isinstance(value, list):
+        raise ConfigError(path, f"must be a list of {', '.join(STEPS)}", value)
+    for i, step in enumerate(value):
+        if step not in STEPS:
+            raise ConfigError(f"{path}[{i}]", f"must be one of {', '.join(STEPS)}", step)
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Oom:
+    """What a trial does after a CUDA out-of-memory error."""
+
+    ladder: tuple = _key(
+        _oom_steps,
+        "Rungs climbed one per OOM, resuming from the checkpoint: `halve_batch`, "
+        "`mixed_precision`, `grad_checkpointing` (where the model supports it).",
+        ("halve_batch", "halve_batch", "mixed_precision", "grad_checkpointing"),
+    )
+    min_batch_size: int = _key(_int(1), "`halve_batch` never goes below this.", 8)
+    batch_size_param: str = _key(
+        _str(), "The param holding the batch size (else the datamodule's `batch_size`).",
+        "batch_size")
+
+
 @dataclass(frozen=True)
 class Cluster:
     """Which Ray cluster runs the trials."""
@@ -363,6 +390,7 @@ class Config:
     budget: Budget = _section(Budget, "Limits on money and time.")
     checkpoint: Checkpoint = _section(Checkpoint, "How trials keep their progress.")
     preemption: Preemption = _section(Preemption, "Spot instances: notices, restarts.")
+    oom: Oom = _section(Oom, "Recovery from CUDA out-of-memory errors.")
     storage: str | None = _key(
         _optional(_str(_URL_RE, "an Optuna storage URL such as 'sqlite:///path.db'")),
         "Optuna RDB URL; `null` = `sqlite:///<run dir>/optuna.db`.",
@@ -378,6 +406,9 @@ class Config:
 def _to_plain(obj: Any) -> Any:
     if isinstance(obj, Space):
         return obj.to_dict()
+    if isinstance(obj, Oom):
+        return {f.name: (list(getattr(obj, f.name)) if f.name == "ladder"
+                         else getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, SimulatedPreemption):
         out = {f.name: getattr(obj, f.name) for f in fields(obj)}
         out["at"] = [{"trial": t, "epoch": e} for t, e in obj.at]

@@ -507,6 +507,9 @@ class _Session:
             notice_url=preemption.notice_url,
             notice_poll_s=preemption.notice_poll_s,
             grace_s=preemption.grace_s,
+            oom_ladder=config.oom.ladder,
+            oom_min_batch_size=config.oom.min_batch_size,
+            oom_batch_param=config.oom.batch_size_param,
         )
         trainable = tune.with_resources(
             tune.with_parameters(self.backend.trainable(spec), spec=spec),

@@ -18,6 +18,8 @@ COST_TO_FINISH = "hps_cost_to_finish"  #: expected money to the last epoch, run 
 CHECKPOINT_EPOCH = "hps_checkpoint_epoch"  #: the newest epoch saved in a checkpoint
 PREEMPTED = "hps_preempted"  #: set (to the reason) on the last result before a preemption
 NODE_ID = "hps_node_id"  #: the Ray node the trial runs on
+OOM_STEPS = "hps_oom_steps"  #: the OOM ladder's rungs taken so far
+GPU_IDS = "hps_gpu_ids"  #: the GPU ids Ray assigned to the trial (shared for fractions)
 HISTORY = "hps_history"  #: [[epoch, objective], ...] restored from a checkpoint (1st result)
 
 # Trial config entries the driver adds beside the sampled params.
@@ -36,6 +38,8 @@ ATTR_PREDICTED_FINAL = "predicted_final"  #: a stopped trial's predicted final o
 ATTR_SAVED_COST = "saved_cost"  #: money a stopped trial's remaining epochs would have cost
 ATTR_PREEMPTIONS = "preemptions"  #: times the trial was preempted and restarted
 ATTR_FAILURES = "failures"  #: times the trial's process failed and was restarted
+ATTR_OOM_STEPS = "oom_steps"  #: the OOM ladder's rungs the trial took
+ATTR_GPU_IDS = "gpu_ids"  #: the GPU ids Ray assigned to the trial's latest attempt
 ATTR_NODE = "node"  #: the Ray node of the trial's latest result
 ATTR_NODES = "nodes"  #: every Ray node the trial ran on, in order
 # Money of a trial (mirrored from the ledger).

@@ -101,3 +101,26 @@ def corrupt_then_crash(params: dict[str, Any]):
     else:
         model = digits.DigitsMLP(**kwargs)
     return model, digits.DigitsData(batch_size=int(params.get("batch_size", 64)))
+
+
+class OomAboveMLP(digits.DigitsMLP):
+    """Raises torch.OutOfMemoryError (as CUDA would) for batches larger than ``limit``."""
+
+    def __init__(self, limit: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.limit = limit
+
+    def training_step(self, batch, batch_idx):
+        import torch
+
+        if batch[0].shape[0] > self.limit:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate a batch of {batch[0].shape[0]} "
+                f"(test limit {self.limit})")
+        return super().training_step(batch, batch_idx)
+
+
+def oom_above(params: dict[str, Any]):
+    """The digits MLP that runs out of 'GPU memory' above ``params['limit']`` samples."""
+    model = OomAboveMLP(int(params["limit"]), **_model_kwargs(params))
+    return model, digits.DigitsData(batch_size=int(params["batch_size"]))

@@ -25,9 +25,14 @@ from typing import Any
 
 from hpsearch import keys
 from hpsearch.checkpoint import CheckpointStore, young_daly_epochs
-from hpsearch.errors import TrialSetupError
+from hpsearch.errors import HpsearchError, TrialSetupError
+from hpsearch.oom import OomLadder
 from hpsearch.preemption import Notice, NoticePoller, watch_sigterm
 from hpsearch.runtime import epoch_estimate
+
+class TrialOutOfMemory(HpsearchError):
+    """A trial ran out of GPU memory on every rung of the OOM ladder."""
+
 
 #: File name of the Lightning checkpoint inside each stored checkpoint.
 CHECKPOINT_FILE = "trial.ckpt"
@@ -56,6 +61,9 @@ class TrialSpec:
         notice_url: Metadata URL polled for an interruption notice, or None.
         notice_poll_s: Seconds between polls.
         grace_s: After a notice or SIGTERM, seconds left to finish the epoch.
+        oom_ladder: Rungs climbed after CUDA out-of-memory errors (see hpsearch.oom).
+        oom_min_batch_size: The smallest batch ``halve_batch`` may set.
+        oom_batch_param: The param holding the batch size.
     """
 
     trainable: str
@@ -73,6 +81,9 @@ class TrialSpec:
     notice_url: str | None = None
     notice_poll_s: float = 5.0
     grace_s: float = 25.0
+    oom_ladder: tuple[str, ...] = ()
+    oom_min_batch_size: int = 8
+    oom_batch_param: str = "batch_size"
 
 
 def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
@@ -132,6 +143,7 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             # died before recording some epochs gets them back from the restarted trial.
             self.history: dict[int, float] = {}
             self.history_sent = False
+            self.oom_steps: list[str] = []
 
         def on_train_start(self, trainer, pl_module) -> None:
             # After a restore, current_epoch is the first epoch this process trains.
@@ -173,6 +185,10 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             metrics[keys.TRIAL_TIME_S] = now - self.process_started
             metrics[keys.START_EPOCH] = self.start_epoch
             metrics[keys.NODE_ID] = node_id
+            if gpu_ids:
+                metrics[keys.GPU_IDS] = ",".join(gpu_ids)
+            if self.oom_steps:
+                metrics[keys.OOM_STEPS] = list(self.oom_steps)
             self.history[epoch] = metrics[spec.metric]
             if not self.history_sent and self.start_epoch > 0:
                 metrics[keys.HISTORY] = [[e, v] for e, v in sorted(self.history.items())
@@ -236,6 +252,7 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
     import ray
 
     node_id = ray.get_runtime_context().get_node_id()
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     store = None
     if spec.checkpoint_dir is not None:
         store = CheckpointStore(Path(spec.checkpoint_dir) / trial_name(trial_number),
@@ -311,19 +328,31 @@ def train(config: dict[str, Any], spec: TrialSpec) -> None:
         _train(params, trial_number, seed, spec)
 
 
-def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec) -> None:
+def _batch_size(params: dict[str, Any], data: Any, param: str) -> int | None:
+    value = params.get(param, getattr(data, "batch_size", None))
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _supports_checkpointing(module: Any) -> bool:
+    return callable(getattr(module, "gradient_checkpointing_enable", None))
+
+
+def _trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
     import pytorch_lightning as pl
     import torch
 
-    torch.set_num_threads(max(1, int(spec.cpu)))
-    pl.seed_everything(seed, workers=True, verbose=False)
-    module, data = _build(spec, params, trial_number)
-    notice = Notice()
-    callbacks, store, report = _callbacks(spec, trial_number, notice)
-    trainer = pl.Trainer(
+    gpu = spec.gpu > 0 and torch.cuda.is_available()
+    if spec.gpu > 0 and not gpu:
+        log.warning("resources.gpu is %s but torch sees no CUDA device: training on CPU",
+                    spec.gpu)
+    precision = None
+    if ladder.precision == "mixed":
+        precision = "16-mixed" if gpu else "bf16-mixed"
+    return pl.Trainer(
         max_epochs=spec.max_epochs,
-        accelerator="gpu" if spec.gpu > 0 else "cpu",
+        accelerator="gpu" if gpu else "cpu",
         devices=1,
+        precision=precision,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -333,17 +362,68 @@ def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec
         callbacks=callbacks,
         default_root_dir=os.getcwd(),
     )
-    resume = store.latest_valid() if store is not None else None
-    if store is not None and store.rejected:
-        log.warning("trial %d: corrupt checkpoints set aside: %s", trial_number,
-                    ", ".join(p.name for p in store.rejected))
-    if resume is not None:
-        report.history = {int(e): float(v) for e, v in resume.meta.get("history", [])}
+
+
+def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, int(spec.cpu)))
+    notice = Notice()
+    callbacks, store, report = _callbacks(spec, trial_number, notice)
+    ladder = OomLadder(spec.oom_ladder, spec.oom_min_batch_size, spec.oom_batch_param)
     unwatch = watch_sigterm(notice, spec.grace_s, report.on_signal)
     poller = None
     if spec.notice_url:
         poller = NoticePoller(spec.notice_url, spec.notice_poll_s, notice, spec.grace_s)
         poller.start()
+    try:
+        while True:
+            oom = _fit_once(spec, ladder.params(params), trial_number, seed, callbacks,
+                            store, report, ladder)
+            if oom is None:
+                return
+            # Out of memory: climb one rung and resume from the newest checkpoint.
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            step = ladder.climb(oom.batch_size, oom.supports_checkpointing)
+            report.oom_steps = list(ladder.taken)
+            if step is None:
+                raise TrialOutOfMemory(
+                    f"trial {trial_number}: CUDA out of memory after the whole OOM ladder "
+                    f"({'; '.join(ladder.taken) or 'no rungs'})")
+            log.warning("trial %d: CUDA out of memory: %s", trial_number, step)
+    finally:
+        if poller is not None:
+            poller.stop()
+        if not notice.via_signal:
+            unwatch()
+
+
+def _fit_once(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: int,
+              callbacks: list[Any], store: CheckpointStore | None, report: Any,
+              ladder: OomLadder):
+    """One fit of the trial: None when it ran to its end, or what the OOM ladder needs
+    after a CUDA out-of-memory error."""
+    import pytorch_lightning as pl
+    import torch
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    module, data = _build(spec, params, trial_number)
+    batch = _batch_size(params, data, spec.oom_batch_param)
+    if ladder.batch_size is not None and spec.oom_batch_param not in params \
+            and hasattr(data, "batch_size"):
+        data.batch_size = ladder.batch_size
+        batch = ladder.batch_size
+    if ladder.grad_checkpointing:
+        module.gradient_checkpointing_enable()
+    trainer = _trainer(spec, callbacks, ladder)
+    resume = store.latest_valid() if store is not None else None
+    if store is not None and store.rejected:
+        log.warning("trial %d: corrupt checkpoints set aside: %s", trial_number,
+                    ", ".join(p.name for p in store.rejected))
+        store.rejected.clear()
+    if resume is not None:
+        report.history = {int(e): float(v) for e, v in resume.meta.get("history", [])}
     try:
         if resume is None:
             trainer.fit(module, datamodule=data)
@@ -355,8 +435,15 @@ def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec
                 # It had checkpointed its last epoch before it stopped: nothing to train,
                 # but the study must still hear how it ended.
                 report.report_restored(resume)
-    finally:
-        if poller is not None:
-            poller.stop()
-        if not notice.via_signal:
-            unwatch()
+    except torch.OutOfMemoryError:
+        log.info("trial %d: out of memory at batch size %s", trial_number, batch)
+        return _OomContext(batch, _supports_checkpointing(module))
+    return None
+
+
+@dataclass
+class _OomContext:
+    """What the ladder needs to know about the fit that ran out of memory."""
+
+    batch_size: int | None
+    supports_checkpointing: bool

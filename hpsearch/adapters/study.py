@@ -87,6 +87,8 @@ class _Live:
     stop: StopRecord | None = None
     node: str | None = None
     nodes: list[str] = field(default_factory=list)
+    oom_steps: list[str] = field(default_factory=list)
+    gpu_ids: str | None = None
 
 
 class StudyRecorder:
@@ -189,17 +191,22 @@ class StudyRecorder:
                                              trial_seed(self.config.search.seed, number)))
             return number, dict(frozen.params), seed
 
+    def _pop(self, ray_trial_id: str, attrs: dict[str, Any] | None) -> _Live | None:
+        """Remove a live attempt and write its attributes (the caller holds the lock)."""
+        live = self._live.pop(ray_trial_id, None)
+        if live is None:
+            return None
+        for key, value in (attrs or {}).items():
+            live.trial.set_user_attr(key, value)
+        live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
+        return live
+
     def detach(self, ray_trial_id: str, attrs: dict[str, Any] | None = None) -> int | None:
         """Forget a Ray attempt without ending its Optuna trial (it will be restarted);
         return the trial number."""
         with self._lock:
-            live = self._live.pop(ray_trial_id, None)
-            if live is None:
-                return None
-            for key, value in (attrs or {}).items():
-                live.trial.set_user_attr(key, value)
-            live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
-            return live.trial.number
+            live = self._pop(ray_trial_id, attrs)
+            return None if live is None else live.trial.number
 
     def unfinished_numbers(self) -> list[int]:
         """Trials of the study still RUNNING (left by this or an earlier driver)."""
@@ -248,6 +255,14 @@ class StudyRecorder:
             if start > 0 and start not in live.resumed_from:
                 live.resumed_from.append(start)
                 live.trial.set_user_attr(keys.ATTR_RESUMED_FROM, list(live.resumed_from))
+            oom = result.get(keys.OOM_STEPS)
+            if oom and oom != live.oom_steps:
+                live.oom_steps = list(oom)
+                live.trial.set_user_attr(keys.ATTR_OOM_STEPS, live.oom_steps)
+            gpus = result.get(keys.GPU_IDS)
+            if gpus and gpus != live.gpu_ids:
+                live.gpu_ids = gpus
+                live.trial.set_user_attr(keys.ATTR_GPU_IDS, gpus)
             node = result.get(keys.NODE_ID)
             if node and node != live.node:
                 live.node = node
@@ -307,12 +322,9 @@ class StudyRecorder:
         if last_result:
             self.report(ray_trial_id, last_result)
         with self._lock:
-            live = self._live.pop(ray_trial_id, None)
+            live = self._pop(ray_trial_id, attrs)
             if live is None:
                 return None
-            for key, value in (attrs or {}).items():
-                live.trial.set_user_attr(key, value)
-            live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
             if live.last_value is None:
                 live.trial.set_user_attr(keys.ATTR_ERROR, "trial ended without reporting an epoch")
                 self.study.tell(live.trial, state=TrialState.FAIL)
@@ -332,12 +344,9 @@ class StudyRecorder:
              attrs: dict[str, Any] | None = None) -> TrialState | None:
         """Tell FAIL for a trial that raised, with its error text as a user attribute."""
         with self._lock:
-            live = self._live.pop(ray_trial_id, None)
+            live = self._pop(ray_trial_id, attrs)
             if live is None:
                 return None
-            for key, value in (attrs or {}).items():
-                live.trial.set_user_attr(key, value)
-            live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
             live.trial.set_user_attr(keys.ATTR_ERROR, error[:2000])
             self.study.tell(live.trial, state=TrialState.FAIL)
             return TrialState.FAIL
