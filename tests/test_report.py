@@ -633,6 +633,9 @@ def test_cli_dashboard_serves_the_run(real_run, in_tmp):
          "--port", str(port)],
         cwd=in_tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        # The command prints its URL once the dashboard answers: wait for that line.
+        first = proc.stdout.readline()
+        assert first.startswith(f"Dashboard: http://127.0.0.1:{port}/dashboard/"), first
         studies = _get_json(f"http://127.0.0.1:{port}/api/studies", proc)["study_summaries"]
         (summary,) = [s for s in studies if s["study_name"] == BASE["name"]]
         detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{summary['study_id']}",
@@ -655,7 +658,7 @@ def test_cli_dashboard_serves_the_run(real_run, in_tmp):
             proc.kill()
             out, err = proc.communicate()
     assert proc.returncode == 0, err
-    assert f"Dashboard: http://127.0.0.1:{port}/dashboard/" in out
+    assert "Dashboard stopped." in out
     assert "Traceback" not in err
     assert not _listening(port), "optuna-dashboard outlived the command"
 
