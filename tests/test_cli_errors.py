@@ -128,7 +128,7 @@ def test_validate_prints_the_resolved_config(tmp_path):
     assert printed["storage"] is None
     assert list(printed) == ["name", "trainable", "objective", "max_epochs", "space",
                              "search", "resources", "pruning", "pricing", "budget",
-                             "checkpoint", "preemption", "storage", "cluster"]
+                             "checkpoint", "preemption", "oom", "storage", "cluster"]
     assert f"ok: {EXAMPLE} is valid (5 parameters)" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert files_under(tmp_path) == set()
