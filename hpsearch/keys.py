@@ -20,6 +20,11 @@ PREEMPTED = "hps_preempted"  #: set (to the reason) on the last result before a 
 NODE_ID = "hps_node_id"  #: the Ray node the trial runs on
 OOM_STEPS = "hps_oom_steps"  #: the OOM ladder's rungs taken so far
 GPU_IDS = "hps_gpu_ids"  #: the GPU ids Ray assigned to the trial (shared for fractions)
+GPU_UTIL = "hps_gpu_util"  #: this process's mean GPU utilisation so far, % (NVML)
+GPU_SAMPLED_S = "hps_gpu_sampled_s"  #: seconds this process has sampled its GPUs
+GPU_MEM_PEAK_MIB = "hps_gpu_mem_peak_mib"  #: this process's peak device memory seen, MiB
+GPU_TORCH_PEAK_MIB = "hps_gpu_torch_peak_mib"  #: torch's peak reserved memory, MiB
+ATTEMPT = "hps_attempt"  #: a token unique to the trial process (one per start)
 HISTORY = "hps_history"  #: [[epoch, objective], ...] restored from a checkpoint (1st result)
 
 # Trial config entries the driver adds beside the sampled params.
@@ -40,6 +45,10 @@ ATTR_PREEMPTIONS = "preemptions"  #: times the trial was preempted and restarted
 ATTR_FAILURES = "failures"  #: times the trial's process failed and was restarted
 ATTR_OOM_STEPS = "oom_steps"  #: the OOM ladder's rungs the trial took
 ATTR_GPU_IDS = "gpu_ids"  #: the GPU ids Ray assigned to the trial's latest attempt
+ATTR_GPU_UTIL = "gpu_util_mean"  #: mean GPU utilisation over the trial's attempts, %
+ATTR_GPU_SAMPLED_S = "gpu_sampled_s"  #: seconds of GPU sampling behind it
+ATTR_GPU_MEM_PEAK_MIB = "gpu_mem_peak_mib"  #: peak device memory in use, MiB (NVML)
+ATTR_GPU_TORCH_PEAK_MIB = "gpu_torch_peak_mib"  #: peak memory torch reserved, MiB
 ATTR_NODE = "node"  #: the Ray node of the trial's latest result
 ATTR_NODES = "nodes"  #: every Ray node the trial ran on, in order
 # Money of a trial (mirrored from the ledger).

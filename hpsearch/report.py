@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from hpsearch import catalog as catalog_mod
-from hpsearch import keys
+from hpsearch import gpuuse, keys
 from hpsearch.errors import ConfigError
 
 #: Trial states in the order the report lists them.
@@ -183,6 +183,10 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "currency": attrs.get(keys.ATTR_CURRENCY),
         "saved_cost": _finite(attrs.get(keys.ATTR_SAVED_COST)),
         "predicted_final": _finite(attrs.get(keys.ATTR_PREDICTED_FINAL)),
+        "gpu_util_mean": _finite(attrs.get(keys.ATTR_GPU_UTIL)),
+        "gpu_mem_peak_mib": _finite(attrs.get(keys.ATTR_GPU_MEM_PEAK_MIB)),
+        "idle_gpu_cost": gpuuse.idle_cost(attrs.get(keys.ATTR_COST),
+                                          attrs.get(keys.ATTR_GPU_UTIL)),
         "datetime_start": record.get("datetime_start"),
         "datetime_complete": record.get("datetime_complete"),
         "duration_s": (end - start).total_seconds() if start and end else None,
@@ -449,7 +453,10 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     ``billed_s`` (sums over trials; running trials up to their latest epoch);
     ``budget_max_cost`` and ``budget_used`` (total / budget.max_cost, None without a
     budget); the estimates ``savings_vs_no_pruning``, ``savings_vs_on_demand`` and
-    ``savings_vs_on_demand_without_pruning``; ``pareto_front``; ``preemptions``.
+    ``savings_vs_on_demand_without_pruning``; ``pareto_front``; ``preemptions``;
+    ``idle_gpu_cost`` (money paid while trials' GPUs ran no kernel, an estimate; None
+    when no trial sampled a GPU), ``gpu_util_mean`` (cost-weighted over GPU trials) and
+    ``idle_gpu_cost_method``.
     """
     attrs = study.get("user_attrs") or {}
     config = attrs.get(keys.ATTR_CONFIG) or {}
@@ -465,6 +472,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     for row in rows:
         by_state[row["state"]] = by_state.get(row["state"], 0) + 1
     total = sum(r["cost"] or 0.0 for r in rows)
+    gpu_rows = [r for r in rows if r["idle_gpu_cost"] is not None]
+    gpu_cost = sum(r["cost"] or 0.0 for r in gpu_rows)
     cap = _finite((config.get("budget") or {}).get("max_cost"))
     return {
         "study": study.get("name"),
@@ -493,6 +502,11 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
             savings_vs_on_demand_without_pruning(rows, max_epochs, ratios),
         "pareto_front": list(front),
         "best_vs_cost_method": METHOD_CURVE,
+        "idle_gpu_cost": (sum(r["idle_gpu_cost"] for r in gpu_rows)
+                          if gpu_rows else None),
+        "gpu_util_mean": (sum((r["cost"] or 0.0) * r["gpu_util_mean"] for r in gpu_rows)
+                          / gpu_cost if gpu_cost > 0 else None),
+        "idle_gpu_cost_method": gpuuse.METHOD_IDLE,
     }
 
 

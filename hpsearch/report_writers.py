@@ -132,7 +132,17 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
          _estimate_text(s["savings_vs_on_demand_without_pruning"], cur)),
         ("Pareto front (accuracy vs cost)",
          ", ".join(f"trial {n}" for n in s["pareto_front"]) or "-"),
+        ("Paid for idle GPU time (estimate)", _idle_text(s, cur)),
     ]
+
+
+def _idle_text(summary: dict[str, Any], currency: str | None) -> str:
+    if summary.get("idle_gpu_cost") is None:
+        return "no GPU use sampled (CPU trials, or no NVML on the trial nodes)"
+    util = summary.get("gpu_util_mean")
+    return (f"{fmt_money(summary['idle_gpu_cost'], currency)}"
+            + (f" (mean GPU utilisation {util:.0f}%, weighted by cost)"
+               if util is not None else ""))
 
 
 def method_lines(report: Report) -> list[tuple[str, str]]:
@@ -144,6 +154,7 @@ def method_lines(report: Report) -> list[tuple[str, str]]:
         ("Saved against on-demand without pruning",
          s["savings_vs_on_demand_without_pruning"]["method"]),
         ("Best metric against money", s["best_vs_cost_method"]),
+        ("Paid for idle GPU time", s["idle_gpu_cost_method"]),
         ("Pareto front", "COMPLETE and PRUNED trials by their final metric and cost; a "
                          "trial is on the front if no other is at least as good on both "
                          "and better on one"),
@@ -155,7 +166,7 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     cur = report.currency
     unit = f" ({cur})" if cur else ""
     header = ["trial", "state", report.metric, "best", "epochs", f"cost{unit}",
-              f"wasted{unit}", "billed s", "preemptions", "instance", "spot",
+              f"wasted{unit}", "billed s", "preemptions", "instance", "spot", "gpu util %",
               "stop reason / error", "params"]
     rows = []
     for r in report.trials:
@@ -165,6 +176,7 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
             fmt_money(r["cost"], None), fmt_money(r["wasted_cost"], None),
             "-" if r["billed_s"] is None else f"{r['billed_s']:.0f}",
             str(r["preemptions"]), r["instance"] or "-", fmt_value(r["spot"]),
+            "-" if r["gpu_util_mean"] is None else f"{r['gpu_util_mean']:.0f}",
             r["stop_reason"] or r["error"] or "", fmt_params(r["params"]),
         ])
     return header, rows

@@ -19,16 +19,18 @@ import logging
 import os
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpsearch import keys
+from hpsearch import gpuuse, keys
 from hpsearch.checkpoint import CheckpointStore, young_daly_epochs
 from hpsearch.errors import HpsearchError, TrialSetupError
 from hpsearch.oom import OomLadder
 from hpsearch.preemption import Notice, NoticePoller, watch_sigterm
 from hpsearch.runtime import epoch_estimate
+
 
 class TrialOutOfMemory(HpsearchError):
     """A trial ran out of GPU memory on every rung of the OOM ladder."""
@@ -64,6 +66,8 @@ class TrialSpec:
         oom_ladder: Rungs climbed after CUDA out-of-memory errors (see hpsearch.oom).
         oom_min_batch_size: The smallest batch ``halve_batch`` may set.
         oom_batch_param: The param holding the batch size.
+        gpu_sample_s: Seconds between two NVML samples of a GPU trial's utilisation
+            and memory (see :class:`hpsearch.gpu.GpuSampler`).
     """
 
     trainable: str
@@ -84,6 +88,7 @@ class TrialSpec:
     oom_ladder: tuple[str, ...] = ()
     oom_min_batch_size: int = 8
     oom_batch_param: str = "batch_size"
+    gpu_sample_s: float = 1.0
 
 
 def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
@@ -144,6 +149,23 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             self.history: dict[int, float] = {}
             self.history_sent = False
             self.oom_steps: list[str] = []
+            self.sampler = None
+
+        def gpu_figures(self) -> dict[str, float]:
+            """This process's GPU utilisation and memory so far (none on CPU)."""
+            if self.sampler is None:
+                return {}
+            figures = self.sampler.snapshot()
+            use = gpuuse.GpuUse(
+                util_mean=figures["util_mean"], sampled_s=figures["sampled_s"] or 0.0,
+                mem_peak_mib=figures["mem_peak_mib"],
+                torch_peak_mib=torch.cuda.max_memory_reserved() / 2**20)
+            return gpuuse.to_result(use)
+
+        def close(self) -> None:
+            """Stop sampling the GPUs."""
+            if self.sampler is not None:
+                self.sampler.stop()
 
         def on_train_start(self, trainer, pl_module) -> None:
             # After a restore, current_epoch is the first epoch this process trains.
@@ -185,8 +207,10 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             metrics[keys.TRIAL_TIME_S] = now - self.process_started
             metrics[keys.START_EPOCH] = self.start_epoch
             metrics[keys.NODE_ID] = node_id
+            metrics[keys.ATTEMPT] = attempt
             if gpu_ids:
                 metrics[keys.GPU_IDS] = ",".join(gpu_ids)
+            metrics.update(self.gpu_figures())
             if self.oom_steps:
                 metrics[keys.OOM_STEPS] = list(self.oom_steps)
             self.history[epoch] = metrics[spec.metric]
@@ -258,6 +282,15 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
         store = CheckpointStore(Path(spec.checkpoint_dir) / trial_name(trial_number),
                                 keep_last=spec.keep_last, mode=spec.mode)
     report = TuneReport()
+    attempt = uuid.uuid4().hex[:12]
+    if gpu_ids and torch.cuda.is_available():
+        from hpsearch.gpu import GpuSampler
+
+        # The GPUs Ray gave this process (CUDA_VISIBLE_DEVICES), read through NVML.
+        report.sampler = GpuSampler(interval_s=spec.gpu_sample_s).start()
+        if report.sampler.message:
+            log.info("trial %d: GPU use not sampled: %s", trial_number,
+                     report.sampler.message)
     return [RngState(), report], store, report
 
 
@@ -393,6 +426,7 @@ def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec
                     f"({'; '.join(ladder.taken) or 'no rungs'})")
             log.warning("trial %d: CUDA out of memory: %s", trial_number, step)
     finally:
+        report.close()
         if poller is not None:
             poller.stop()
         if not notice.via_signal:

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpsearch import keys
+from hpsearch import gpuuse, keys
 from hpsearch.config import Config
 from hpsearch.decisions import StopRecord
 from hpsearch.errors import ConfigError
@@ -89,6 +89,7 @@ class _Live:
     nodes: list[str] = field(default_factory=list)
     oom_steps: list[str] = field(default_factory=list)
     gpu_ids: str | None = None
+    gpu_uses: dict[str, gpuuse.GpuUse] = field(default_factory=dict)
 
 
 class StudyRecorder:
@@ -186,6 +187,9 @@ class StudyRecorder:
             live = _Live(trial, steps, list(frozen.user_attrs.get(keys.ATTR_RESUMED_FROM, [])),
                          last, frozen.intermediate_values.get(last),
                          nodes=list(frozen.user_attrs.get(keys.ATTR_NODES, [])))
+            earlier = gpuuse.from_attrs(frozen.user_attrs)
+            if earlier is not None:  # the GPU figures of its earlier attempts
+                live.gpu_uses["earlier"] = earlier
             self._live[ray_trial_id] = live
             seed = int(frozen.user_attrs.get(keys.ATTR_SEED,
                                              trial_seed(self.config.search.seed, number)))
@@ -263,6 +267,14 @@ class StudyRecorder:
             if gpus and gpus != live.gpu_ids:
                 live.gpu_ids = gpus
                 live.trial.set_user_attr(keys.ATTR_GPU_IDS, gpus)
+            use = gpuuse.from_result(result)
+            if use is not None:
+                # Each process (attempt) reports its own figures so far; the trial's are
+                # those of every attempt combined.
+                live.gpu_uses[str(result.get(keys.ATTEMPT, ""))] = use
+                combined = gpuuse.combine(live.gpu_uses.values())
+                for name, figure in gpuuse.to_attrs(combined).items():
+                    live.trial.set_user_attr(name, figure)
             node = result.get(keys.NODE_ID)
             if node and node != live.node:
                 live.node = node
