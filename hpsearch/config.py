@@ -141,6 +141,20 @@ class Resources:
 
     cpu: float = _key(_float(0.0, exclusive=True), "CPUs per trial (fractions allowed).", 1.0)
     gpu: float = _key(_gpu, "GPUs per trial: a fraction <= 1 shares a GPU, or a whole number.", 0.0)
+    devices: int | None = _key(
+        _optional(_int(1)),
+        "Training processes per trial (DDP ranks, each on one GPU or on CPU with gloo); "
+        "`null` = one per whole GPU (`gpu: 2` trains with DDP on 2 GPUs), else 1. On CPU "
+        "(`gpu: 0`) it splits `cpu` among that many processes.",
+        None,
+    )
+
+    @property
+    def processes(self) -> int:
+        """DDP processes per trial (``devices``, or one per whole GPU)."""
+        if self.devices is not None:
+            return self.devices
+        return int(self.gpu) if self.gpu >= 1 else 1
 
 
 @dataclass(frozen=True)
@@ -202,7 +216,9 @@ class Pricing:
     instance: str | None = _key(
         _optional(_str()),
         "Catalogue row (`provider:instance` or a unique instance name, e.g. `p3.2xlarge`); "
-        "`null` = `local-cpu`, or `local-gpu` when trials reserve GPUs.",
+        "`null` = `local-cpu`, or `local-gpu` when trials reserve GPUs; `auto` = the "
+        "`local` row of the GPU model NVML detects on this machine (`local-cpu` without "
+        "a GPU, `local-gpu` for a model without a local row).",
         None,
     )
     spot: bool | str = _key(
@@ -565,6 +581,16 @@ def validate(raw: Mapping[str, Any]) -> Config:
         if pricing.spot is not False:
             raise ConfigError("pricing.spot", "needs pricing.instance (a catalogue row with a "
                               "spot price), not an explicit price_per_hour", pricing.spot)
+    resources = config.resources
+    if resources.devices is not None and resources.devices > 1:
+        if 0 < resources.gpu < 1:
+            raise ConfigError("resources.devices", "DDP needs whole GPUs: a trial on a "
+                              f"fraction of a GPU (resources.gpu {resources.gpu:g}) trains "
+                              "in one process", resources.devices)
+        if resources.gpu >= 1 and resources.devices != int(resources.gpu):
+            raise ConfigError("resources.devices", "must equal resources.gpu (one DDP "
+                              f"process per GPU; resources.gpu is {resources.gpu:g})",
+                              resources.devices)
     if config.pruning.policy != "none" and config.pruning.min_epochs >= config.max_epochs:
         raise ConfigError(
             "pruning.min_epochs",

@@ -497,6 +497,7 @@ class _Session:
             max_epochs=config.max_epochs,
             cpu=config.resources.cpu,
             gpu=config.resources.gpu,
+            devices=config.resources.processes,
             log_dir=str(self.run_path / "logs"),
             price_per_hour=price.per_hour,
             checkpoint_dir=str(checkpoints),

@@ -11,6 +11,11 @@ off: same batches, same dropout masks, same metrics.
 
 On SIGTERM or an interruption notice the trial finishes its epoch (if the grace allows),
 checkpoints, reports ``hps_preempted`` and stops; the driver restarts it.
+
+A trial with ``resources.devices`` > 1 (or several whole GPUs) trains with DDP: this
+process is rank 0 (it reports to Tune and writes the checkpoints, as above) and
+:mod:`hpsearch.adapters.ddp_rank` runs the other ranks as child processes on this node
+(see :class:`_Ranks`).
 """
 
 from __future__ import annotations
@@ -68,6 +73,9 @@ class TrialSpec:
         oom_batch_param: The param holding the batch size.
         gpu_sample_s: Seconds between two NVML samples of a GPU trial's utilisation
             and memory (see :class:`hpsearch.gpu.GpuSampler`).
+        devices: Training processes (DDP ranks) of the trial; 1 = no DDP.
+        ddp_timeout_s: How long a rank waits for the others in a collective before it
+            fails (a rank that died on a GPU is noticed after this).
     """
 
     trainable: str
@@ -89,6 +97,8 @@ class TrialSpec:
     oom_min_batch_size: int = 8
     oom_batch_param: str = "batch_size"
     gpu_sample_s: float = 1.0
+    devices: int = 1
+    ddp_timeout_s: float = 600.0
 
 
 def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
@@ -97,13 +107,11 @@ def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
     return params, int(config.get(keys.TRIAL_NUMBER, -1)), int(config.get(keys.TRIAL_SEED, 0))
 
 
-def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
-    """Build the Lightning callbacks (imported lazily: Lightning is heavy) and the
-    trial's checkpoint store."""
+def rng_callback():
+    """A Lightning callback that saves and restores every RNG the training draws from."""
     import numpy as np
     import pytorch_lightning as pl
     import torch
-    from ray import tune
 
     class RngState(pl.Callback):
         """Saves and restores every RNG the training draws from, for exact resume."""
@@ -132,6 +140,16 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             torch.set_rng_state(state["torch"])
             if "cuda" in state and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(state["cuda"])
+
+    return RngState()
+
+
+def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
+    """Build the Lightning callbacks (imported lazily: Lightning is heavy) and the
+    trial's checkpoint store."""
+    import pytorch_lightning as pl
+    import torch
+    from ray import tune
 
     class TuneReport(pl.Callback):
         """At each epoch end: checkpoint when due, report to Tune, stop on a preemption."""
@@ -225,6 +243,11 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             metrics[keys.COST_TO_FINISH] = remaining * spec.price_per_hour / 3600.0
             due = (self.every is None or epoch - self.last_checkpoint >= self.every
                    or epoch >= spec.max_epochs or notice.is_set())
+            if trainer.world_size > 1:
+                # Every rank saves (Lightning's save has a barrier) and stops together:
+                # rank 0 decides (see hpsearch.adapters.ddp_rank.Follower).
+                trainer.strategy.broadcast((bool(due and store is not None),
+                                            notice.is_set()), src=0)
             if store is not None and due:
                 self._checkpoint(trainer, epoch, metrics[spec.metric])
             metrics[keys.CHECKPOINT_EPOCH] = self.last_checkpoint
@@ -266,6 +289,8 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             if state is None:
                 return False
             trainer, epoch, value = state
+            if trainer.world_size > 1 and self.last_checkpoint < epoch:
+                return False  # a save needs every rank: the next epoch's end saves it
             if store is not None:
                 if self.last_checkpoint < epoch:
                     self._checkpoint(trainer, epoch, value)
@@ -291,7 +316,7 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
         if report.sampler.message:
             log.info("trial %d: GPU use not sampled: %s", trial_number,
                      report.sampler.message)
-    return [RngState(), report], store, report
+    return [rng_callback(), report], store, report
 
 
 def _build(spec: TrialSpec, params: dict[str, Any], trial_number: int):
@@ -370,7 +395,9 @@ def _supports_checkpointing(module: Any) -> bool:
     return callable(getattr(module, "gradient_checkpointing_enable", None))
 
 
-def _trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
+def make_trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
+    """The Lightning Trainer of one training process of the trial (DDP when
+    ``spec.devices`` > 1; CUDA when the trial has GPUs and torch sees them)."""
     import pytorch_lightning as pl
     import torch
 
@@ -381,10 +408,19 @@ def _trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
     precision = None
     if ladder.precision == "mixed":
         precision = "16-mixed" if gpu else "bf16-mixed"
+    strategy: Any = "auto"
+    if spec.devices > 1:
+        from datetime import timedelta
+
+        from pytorch_lightning.strategies import DDPStrategy
+
+        strategy = DDPStrategy(process_group_backend="nccl" if gpu else "gloo",
+                               timeout=timedelta(seconds=spec.ddp_timeout_s))
     return pl.Trainer(
         max_epochs=spec.max_epochs,
         accelerator="gpu" if gpu else "cpu",
-        devices=1,
+        devices=spec.devices,
+        strategy=strategy,
         precision=precision,
         logger=False,
         enable_checkpointing=False,
@@ -400,7 +436,7 @@ def _trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
 def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec) -> None:
     import torch
 
-    torch.set_num_threads(max(1, int(spec.cpu)))
+    torch.set_num_threads(rank_threads(spec))
     notice = Notice()
     callbacks, store, report = _callbacks(spec, trial_number, notice)
     ladder = OomLadder(spec.oom_ladder, spec.oom_min_batch_size, spec.oom_batch_param)
@@ -438,8 +474,52 @@ def _fit_once(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: 
               ladder: OomLadder):
     """One fit of the trial: None when it ran to its end, or what the OOM ladder needs
     after a CUDA out-of-memory error."""
-    import pytorch_lightning as pl
     import torch
+
+    module, data, batch = prepare(spec, params, trial_number, seed, ladder)
+    resume = store.latest_valid() if store is not None else None
+    if store is not None and store.rejected:
+        log.warning("trial %d: corrupt checkpoints set aside: %s", trial_number,
+                    ", ".join(p.name for p in store.rejected))
+        store.rejected.clear()
+    if resume is not None:
+        report.history = {int(e): float(v) for e, v in resume.meta.get("history", [])}
+    ckpt = None if resume is None else str(resume.path / CHECKPOINT_FILE)
+    ranks = _Ranks(spec, params, trial_number, seed, ladder, ckpt)
+    try:
+        with ranks:
+            trainer = make_trainer(spec, callbacks, ladder)
+            if resume is None:
+                trainer.fit(module, datamodule=data)
+            else:
+                log.info("trial %d: resuming from %s", trial_number, resume.path)
+                trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=False)
+                if not report.history_sent:
+                    # It had checkpointed its last epoch before it stopped: nothing to
+                    # train, but the study must still hear how it ended.
+                    report.report_restored(resume)
+    except torch.OutOfMemoryError:
+        log.info("trial %d: out of memory at batch size %s", trial_number, batch)
+        return _OomContext(batch, _supports_checkpointing(module))
+    except Exception:
+        if ranks.out_of_memory():  # another rank ran out of memory: rank 0 lost it
+            log.info("trial %d: a DDP rank ran out of memory at batch size %s",
+                     trial_number, batch)
+            return _OomContext(batch, _supports_checkpointing(module))
+        raise
+    return None
+
+
+def rank_threads(spec: TrialSpec) -> int:
+    """torch threads of each training process: the trial's CPUs over its processes."""
+    return max(1, int(spec.cpu / max(1, spec.devices)))
+
+
+def prepare(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: int,
+            ladder: OomLadder):
+    """Seed, build the trainable and apply the OOM ladder's rungs (every DDP rank does
+    the same): ``(module, datamodule, batch size or None)``."""
+    import pytorch_lightning as pl
 
     pl.seed_everything(seed, workers=True, verbose=False)
     module, data = _build(spec, params, trial_number)
@@ -450,29 +530,132 @@ def _fit_once(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: 
         batch = ladder.batch_size
     if ladder.grad_checkpointing:
         module.gradient_checkpointing_enable()
-    trainer = _trainer(spec, callbacks, ladder)
-    resume = store.latest_valid() if store is not None else None
-    if store is not None and store.rejected:
-        log.warning("trial %d: corrupt checkpoints set aside: %s", trial_number,
-                    ", ".join(p.name for p in store.rejected))
-        store.rejected.clear()
-    if resume is not None:
-        report.history = {int(e): float(v) for e, v in resume.meta.get("history", [])}
-    try:
-        if resume is None:
-            trainer.fit(module, datamodule=data)
-        else:
-            log.info("trial %d: resuming from %s", trial_number, resume.path)
-            trainer.fit(module, datamodule=data,
-                        ckpt_path=str(resume.path / CHECKPOINT_FILE), weights_only=False)
-            if not report.history_sent:
-                # It had checkpointed its last epoch before it stopped: nothing to train,
-                # but the study must still hear how it ended.
-                report.report_restored(resume)
-    except torch.OutOfMemoryError:
-        log.info("trial %d: out of memory at batch size %s", trial_number, batch)
-        return _OomContext(batch, _supports_checkpointing(module))
-    return None
+    return module, data, batch
+
+
+#: Exit code of a DDP rank process that ran out of GPU memory.
+EXIT_RANK_OOM = 3
+
+
+def _rendezvous_port() -> int:
+    """A free port for rank 0's TCPStore, below Linux's ephemeral range (32768+) and above
+    Ray's worker ports (10002-19999): a port freed by ``bind(0)`` can be taken by any
+    outgoing connection before the store listens on it; these cannot."""
+    import random
+    import socket
+
+    for _ in range(100):
+        port = random.randint(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Ranks:
+    """The DDP ranks 1..N-1 of a trial, as child processes of this one (rank 0).
+
+    Entering sets the torch.distributed rendezvous (``MASTER_ADDR``/``MASTER_PORT`` on
+    127.0.0.1, ``WORLD_SIZE``, ``LOCAL_RANK=0``: Lightning then launches nothing itself)
+    in this process's environment and starts ``python -m hpsearch.adapters.ddp_rank`` for
+    each other rank, with the same trial, params, seed, OOM rungs and checkpoint to
+    resume from; they inherit ``CUDA_VISIBLE_DEVICES`` (the GPUs Ray gave the trial) and
+    die with this process's training thread (``PR_SET_PDEATHSIG``). Leaving restores the
+    environment, ends the process group and stops the ranks still running. A no-op for
+    a one-process trial.
+    """
+
+    ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK")
+
+    def __init__(self, spec: TrialSpec, params: dict[str, Any], trial_number: int,
+                 seed: int, ladder: OomLadder, ckpt_path: str | None):
+        self.spec, self.params, self.trial_number, self.seed = spec, params, trial_number, seed
+        self.ladder, self.ckpt_path = ladder, ckpt_path
+        self.procs: list[Any] = []
+        self._env: dict[str, str | None] = {}
+        self._tmp: str | None = None
+
+    def __enter__(self) -> "_Ranks":
+        if self.spec.devices <= 1:
+            return self
+        import pickle
+        import subprocess
+        import sys
+        import tempfile
+
+        port = _rendezvous_port()
+        values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                  "WORLD_SIZE": str(self.spec.devices), "NODE_RANK": "0"}
+        self._tmp = tempfile.mkdtemp(prefix="hps-ddp-")
+        job = os.path.join(self._tmp, "job.pkl")
+        with open(job, "wb") as fh:
+            pickle.dump({"spec": self.spec, "params": self.params,
+                         "trial_number": self.trial_number, "seed": self.seed,
+                         "ladder": self.ladder, "ckpt_path": self.ckpt_path}, fh)
+        env = dict(os.environ, **values, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        for rank in range(1, self.spec.devices):
+            out = subprocess.DEVNULL
+            if self.spec.log_dir is not None:
+                try:
+                    out = open(os.path.join(self.spec.log_dir, f"{trial_name(self.trial_number)}"
+                                            f".rank{rank}.log"), "ab")
+                except OSError:
+                    out = subprocess.DEVNULL
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "hpsearch.adapters.ddp_rank", job, str(rank)],
+                env=dict(env, LOCAL_RANK=str(rank)), cwd=os.getcwd(), stdout=out,
+                stderr=subprocess.STDOUT))
+            if out is not subprocess.DEVNULL:
+                out.close()
+        self._env = {k: os.environ.get(k) for k in self.ENV}
+        os.environ.update(values, LOCAL_RANK="0")
+        log.info("trial %d: DDP on %d processes, rendezvous 127.0.0.1:%d", self.trial_number,
+                 self.spec.devices, port)
+        return self
+
+    def out_of_memory(self) -> bool:
+        """Whether a rank ended because it ran out of GPU memory (waits briefly)."""
+        for proc in self.procs:
+            try:
+                if proc.wait(timeout=10) == EXIT_RANK_OOM:
+                    return True
+            except Exception:  # still running
+                continue
+        return False
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.spec.devices <= 1:
+            return
+        import shutil
+
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        for key, value in self._env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for proc in self.procs:
+            try:
+                # Ranks end with rank 0's fit; a failure elsewhere leaves them waiting.
+                proc.wait(timeout=30 if exc_type is None else 1)
+            except Exception:
+                proc.kill()
+                proc.wait()
+        if exc_type is None:
+            failed = [(i + 1, p.returncode) for i, p in enumerate(self.procs) if p.returncode]
+            if failed:
+                raise RuntimeError(f"trial {self.trial_number}: DDP rank(s) failed: "
+                                   + ", ".join(f"rank {r} exit {c}" for r, c in failed))
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 @dataclass

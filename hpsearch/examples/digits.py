@@ -85,8 +85,8 @@ class DigitsMLP(pl.LightningModule):
     def validation_step(self, batch, batch_idx):
         x, y = batch
         logits = self(x)
-        self.log("val_loss", nn.functional.cross_entropy(logits, y))
-        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+        self.log("val_loss", nn.functional.cross_entropy(logits, y), sync_dist=True)
+        self.log("val_acc", (logits.argmax(1) == y).float().mean(), sync_dist=True)
 
     def configure_optimizers(self):
         lr = self.hparams.lr

@@ -1,0 +1,79 @@
+"""Multi-process (DDP) trials on CPU: real Ray, real Lightning DDP with gloo, two ranks.
+
+The same code path trains on several GPUs (NCCL instead of gloo) when a trial reserves
+whole GPUs; the ranks are real processes here too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from optuna.trial import TrialState
+
+import hpsearch
+from hpsearch import config as config_mod
+from hpsearch.errors import ConfigError
+
+from .test_e2e import load_study
+from .test_e2e_preemption import fixed_trial
+
+pytestmark = pytest.mark.slow
+
+
+def ddp_trial(name: str, tmp) -> dict:
+    cfg = fixed_trial(name, tmp / "unused")
+    return config_mod.apply_overrides(cfg, {"resources.devices": 2, "resources.cpu": 2,
+                                            "max_epochs": 4})
+
+
+def rank_processes() -> list[str]:
+    found = subprocess.run(["pgrep", "-af", "hpsearch.adapters.ddp_rank"],
+                           capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):
+    result = hpsearch.run(ddp_trial("ddp", in_tmp), emit=None)
+    (trial,) = load_study(result).trials
+    assert trial.state == TrialState.COMPLETE
+    assert sorted(trial.intermediate_values) == [1, 2, 3, 4]
+    rank1 = (result.run_dir / "logs" / "trial-0000.rank1.log").read_text()
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in rank1
+    assert "Traceback" not in rank1
+    # Rank 0 wrote the checkpoints (the last epoch is kept), and no rank is left running.
+    assert list((result.run_dir / "checkpoints" / "trial-0000").glob("epoch-000004"))
+    assert rank_processes() == []
+
+
+def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
+    clean = load_study(hpsearch.run(ddp_trial("clean", in_tmp), emit=None)).trials[0]
+    cfg = config_mod.apply_overrides(ddp_trial("preempted", in_tmp), {
+        "checkpoint.every_epochs": 2, "preemption.simulate.signal": "kill",
+        "preemption.simulate.at": [{"trial": 0, "epoch": 3}]})
+    preempted = load_study(hpsearch.run(cfg, emit=None)).trials[0]
+    assert preempted.state == TrialState.COMPLETE
+    assert preempted.user_attrs["preemptions"] == 1
+    assert preempted.user_attrs["resumed_from_epochs"] == [2]
+    # Both ranks resumed from rank 0's checkpoint: the same curve as without preemption.
+    assert preempted.intermediate_values == pytest.approx(clean.intermediate_values)
+    assert rank_processes() == []
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"resources.gpu": 0.5, "resources.devices": 2}, "DDP needs whole GPUs"),
+    ({"resources.gpu": 2, "resources.devices": 3}, "must equal resources.gpu"),
+    ({"resources.devices": 0}, "resources.devices"),
+])
+def test_devices_that_cannot_work_are_config_errors(tmp_path, changes, fragment):
+    cfg = config_mod.apply_overrides(fixed_trial("bad", tmp_path), changes)
+    with pytest.raises(ConfigError, match=fragment):
+        config_mod.validate(cfg)
+
+
+def test_devices_default_to_one_process_per_whole_gpu(tmp_path):
+    base = fixed_trial("x", tmp_path)
+    for changes, processes in [({}, 1), ({"resources.gpu": 0.25}, 1),
+                               ({"resources.gpu": 2}, 2), ({"resources.devices": 3}, 3)]:
+        cfg = config_mod.validate(config_mod.apply_overrides(base, changes))
+        assert cfg.resources.processes == processes
