@@ -23,8 +23,10 @@ examples:
   python -m hpsearch run search_spaces/digits_mlp.yaml --set search.n_trials=4
   python -m hpsearch validate search_spaces/digits_mlp.yaml
   python -m hpsearch catalog --gpu a100 --spot
+  python -m hpsearch plan search_spaces/digits_mlp.yaml --precision bf16
   python -m hpsearch report runs/digits-mlp
   python -m hpsearch dashboard runs/digits-mlp
+  python -m hpsearch doctor search_spaces/digits_mlp.yaml --address 10.0.0.1:6379
 """
 
 
@@ -80,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     catalog.add_argument("--catalog", metavar="FILE",
                          help="a CSV extending or overriding the packaged catalogue")
 
+    _add_plan(sub)
+
     validate = sub.add_parser(
         "validate",
         help="check a space.yaml (and its trainable path) without running anything",
@@ -126,6 +130,33 @@ def _parser() -> argparse.ArgumentParser:
                            help="port (default 8080)")
     dashboard.add_argument("--host", default="127.0.0.1",
                            help="address to listen on (default 127.0.0.1)")
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="check this machine (and a Ray cluster) before a run: torch/CUDA, GPUs, "
+             "packages, storage",
+        description=(
+            "Check what a run needs, one line each with what to do when it is not ok: "
+            "torch and its CUDA build, the GPUs NVML sees (driver, memory) and whether "
+            "torch can use them, Lightning/Ray/Optuna/optuna-dashboard, the Ray cluster "
+            "(with --address or cluster.address: its resources and each node's kind; "
+            "else no Ray is started), and with SPACE.yaml its run dir and Optuna storage "
+            "(writable, reachable) and the price of a trial-hour. Writes nothing. Exit "
+            "code 1 if a check failed, else 0."
+        ),
+    )
+    doctor.add_argument("space", metavar="SPACE.yaml", nargs="?",
+                        help="also check this search's run dir, storage, price and cluster")
+    _add_set(doctor)
+    doctor.add_argument("--run-dir", metavar="DIR",
+                        help="the run dir to check (default runs/<name>/, or ./runs "
+                             "without SPACE.yaml)")
+    doctor.add_argument("--address", metavar="ADDR",
+                        help="a running Ray cluster to check (HOST:PORT of the head, or "
+                             "auto); default cluster.address of SPACE.yaml")
+    doctor.add_argument("--json", action="store_true",
+                        help="print the checks as a JSON list of {name, status, message, "
+                             "fix}")
     return parser
 
 
@@ -142,6 +173,117 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
         "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
         help="override a key, typed like YAML (repeatable), e.g. --set search.n_trials=4",
     )
+
+
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="before renting: GPU memory per trial, the GPUs that fit, the search's cost "
+             "on each",
+        description=(
+            "Estimate, before spending anything, what a search needs and costs. Builds "
+            "the trainable at one configuration of the space and trains a few batches on "
+            "this machine's CPU (a few seconds; nothing is written). From that: GPU "
+            "memory per trial (weights, gradients and optimizer state by precision, plus "
+            "the activations autograd saved for one batch, plus a CUDA context "
+            "allowance); the catalogue GPUs that fit; and the whole search's cost on each "
+            "(trials x (start-up + epochs x time per epoch), each trial billed with the "
+            "offer's minimum), on-demand and spot side by side, cheapest first, with the "
+            "cheapest that fits recommended per currency. Times on GPUs are scaled from "
+            "the CPU probe by nominal throughput (a rough guide); --throughput gives a "
+            "measured one."
+        ),
+    )
+    plan.add_argument("space", metavar="SPACE.yaml", help="the search description")
+    _add_set(plan)
+    plan.add_argument(
+        "--point", choices=["mid", "high"], default="mid",
+        help="configuration probed: mid = the middle of each range (geometric with "
+             "log: true), first categorical choice; high = the top of each range and the "
+             "largest numeric choice (the largest model and batch); default mid")
+    plan.add_argument(
+        "--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
+        help="training precision on the GPU: fp32, or fp16/bf16 mixed precision "
+             "(Lightning's 16-mixed/bf16-mixed); default fp32")
+    plan.add_argument(
+        "--optimizer", choices=["adam", "adamw", "sgd"],
+        help="assume this optimizer's state (adam/adamw: 2 values per parameter, sgd "
+             "with momentum: 1) instead of the state measured from the model's own")
+    plan.add_argument(
+        "--throughput", metavar="SAMPLES_PER_S[@GPU_MODEL]",
+        help="a training throughput you measured (samples per second of one trial), "
+             "e.g. 1200@A100-80GB: scaled to the other GPUs by nominal throughput; "
+             "without @GPU_MODEL taken as is for every GPU")
+    plan.add_argument("--trials", metavar="N",
+                      help="trials of the search (default search.n_trials)")
+    plan.add_argument("--epochs", metavar="N",
+                      help="epochs per trial (default max_epochs: no trial pruned)")
+    plan.add_argument("--currency", metavar="CUR",
+                      help="only offers in this currency (default pricing.currency, else "
+                           "all, one recommendation per currency)")
+    plan.add_argument("--probe-batches", metavar="N", default="8",
+                      help="training batches timed on CPU after one warm-up (default 8)")
+    plan.add_argument("--json", action="store_true",
+                      help="print the plan as JSON (memory in bytes, times in seconds, "
+                           "every offer, the recommendation per currency)")
+
+
+def _count(option: str, value: str | None) -> int | None:
+    """``--trials N`` and the like: an integer >= 1, or None when not given."""
+    from hpsearch.errors import ConfigError
+
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(option, "must be an integer >= 1", value) from None
+    if number < 1:
+        raise ConfigError(option, "must be an integer >= 1", value)
+    return number
+
+
+def _plan(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from hpsearch import catalog as catalog_mod
+    from hpsearch import config as config_mod
+    from hpsearch import plan as plan_mod
+    from hpsearch.progress import text_table
+
+    trials = _count("--trials", args.trials)
+    epochs = _count("--epochs", args.epochs)
+    probe_batches = _count("--probe-batches", args.probe_batches)
+    config = config_mod.load(args.space, args.overrides)
+    catalog = catalog_mod.load(config.pricing.catalog)
+    throughput = None
+    if args.throughput is not None:
+        models = sorted({o.gpu_model for o in catalog.offers.values() if o.gpu_model})
+        throughput = plan_mod.parse_throughput(args.throughput, models)
+    currency = args.currency or config.pricing.currency
+    options = dict(precision=args.precision, optimizer=args.optimizer,
+                   throughput=throughput)
+    currency = plan_mod.check_options(
+        catalog, trials=trials or 1, epochs=epochs or 1, currency=currency, **options)
+    params = plan_mod.representative_params(config.space, args.point)
+    threads = max(1, round(config.resources.cpu))
+    if sys.stderr.isatty() and not args.json:
+        print(f"probing {config.trainable} on CPU ({threads} thread(s))...",
+              file=sys.stderr, flush=True)
+    from hpsearch.adapters.probe import probe
+
+    figures = probe(config.trainable, params, precision=args.precision,
+                    probe_batches=probe_batches, threads=threads)
+    plan = plan_mod.make_plan(config, catalog, figures, trials=trials, epochs=epochs,
+                              point=args.point, currency=currency,
+                              node_cpus=float(os.cpu_count() or 1), **options)
+    if args.json:
+        print(json.dumps(plan_mod.to_json(plan), indent=2))
+    else:
+        for line in plan_mod.render(plan, text_table):
+            print(line)
+    return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -162,6 +304,8 @@ def _validate(args: argparse.Namespace) -> int:
     print(f"ok: {args.space} is valid ({len(config.space)} parameters); a trial-hour costs "
           f"{fmt_money(price.per_hour, price.currency)} on {price.instance}"
           f"{' (spot)' if price.spot else ''}", file=sys.stderr)
+    if price.note:
+        print(price.note, file=sys.stderr)
     reason = pricing.auto_reason(config)
     if reason:
         print(f"pricing.spot: auto chose {'spot' if price.spot else 'on-demand'}: {reason}",
@@ -228,6 +372,19 @@ def _dashboard(args: argparse.Namespace) -> int:
                  out=lambda line: print(line, flush=True))
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from hpsearch import doctor
+
+    checks = doctor.diagnose(args.space, args.overrides, args.run_dir, args.address)
+    if args.json:
+        print(doctor.to_json(checks))
+    else:
+        for line in doctor.render(checks):
+            print(line)
+        print(doctor.summary(checks))
+    return doctor.exit_code(checks)
+
+
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -253,10 +410,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "catalog":
             return _catalog(args)
+        if args.command == "plan":
+            return _plan(args)
         if args.command == "report":
             return _report(args)
         if args.command == "dashboard":
             return _dashboard(args)
+        if args.command == "doctor":
+            return _doctor(args)
         return _run(args)
     except HpsearchError as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)

@@ -438,6 +438,8 @@ class _Session:
             f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
         out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
             f"{fmt_money(price.per_hour, price.currency)}/trial-hour; budget: {limits}")
+        if price.note:
+            out(f"  ({price.note})")
         out(f"Run dir: {display_path(self.run_path)}   Study: "
             f"{display_url(self.url, self.run_path)}")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,

@@ -7,8 +7,10 @@ billed the way the offer says (per-second granularity, a minimum per interval).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from hpsearch import catalog as catalog_mod
 from hpsearch.config import Config
@@ -28,6 +30,8 @@ class Price:
         share: Fraction of the instance a trial pays for.
         billing_granularity_s: Billed time is rounded up to a multiple of this.
         min_billing_s: Least billed time of one interval.
+        note: How the row was chosen when ``pricing.instance`` is ``auto`` (the detected
+            GPU model), else empty.
     """
 
     per_hour: float
@@ -38,6 +42,7 @@ class Price:
     share: float
     billing_granularity_s: int = 1
     min_billing_s: int = 0
+    note: str = ""
 
     @property
     def per_second(self) -> float:
@@ -48,7 +53,73 @@ class Price:
 
 
 def default_instance(config: Config) -> str:
+    """The row priced when ``pricing.instance`` is null: ``local-gpu`` when trials reserve
+    GPUs, else ``local-cpu``."""
     return "local-gpu" if config.resources.gpu > 0 else "local-cpu"
+
+
+#: ``pricing.instance: auto``: price this machine from the GPU model NVML detects.
+AUTO = "auto"
+#: Stands for "ask NVML" in :func:`resolve`'s ``gpu_model`` argument.
+DETECT = object()
+
+
+def auto_instance(gpu_model: str | None, catalog: catalog_mod.Catalog,
+                  currency: str | None = None, memory_mib: float | None = None,
+                  detail: str = "") -> tuple[str, str]:
+    """The catalogue row ``pricing.instance: auto`` prices, from the detected GPU model.
+
+    Pure: the caller detects the model (:func:`hpsearch.gpu.detected_gpu_model`).
+
+    Args:
+        gpu_model: The NVML name of this machine's GPUs (e.g. ``NVIDIA GeForce RTX
+            4090``), or None when there is no GPU.
+        catalog: The catalogue.
+        currency: ``pricing.currency`` if set: only local rows in that currency count.
+        memory_mib: The card's memory, to tell apart models that differ only by memory.
+        detail: Why no GPU was found (NVML's message), added to the note.
+
+    Returns:
+        ``(provider:instance, note)``: the ``local`` row of that GPU model if the
+        catalogue has one (``local-gpu`` is an RTX 4090, ``local-gpu-cny`` a V100), else
+        ``local:local-gpu`` (or, with ``currency``, the first local GPU row in that
+        currency) with the detected model named in the note; ``local:local-cpu`` without
+        a GPU.
+
+    Raises:
+        ConfigError: With ``currency``, no local row of the kind needed is priced in it.
+    """
+    from hpsearch.gpu import match_catalog_gpu
+
+    def in_currency(offer: catalog_mod.Offer) -> bool:
+        return currency is None or offer.currency == currency
+
+    local = [o for o in catalog.offers.values() if o.provider == "local" and in_currency(o)]
+    if not gpu_model:
+        why = f"; {detail}" if detail else ""
+        cpu = catalog.offers.get("local:local-cpu")
+        if cpu is None or not in_currency(cpu):
+            cpu = next((o for o in local if not o.gpu_count), None)
+        if cpu is None:
+            raise ConfigError("pricing.instance",
+                              f"auto: no GPU detected and no local CPU row is priced in "
+                              f"{currency}; add one with pricing.catalog{why}", AUTO)
+        return cpu.key, f"pricing.instance auto: no GPU detected, so priced as {cpu.key}{why}"
+    offer = match_catalog_gpu(gpu_model, catalog_mod.Catalog(local), memory_mib=memory_mib)
+    if offer is not None:
+        return offer.key, (f"pricing.instance auto: detected {gpu_model}: {offer.key} "
+                           f"({offer.gpu_model} depreciation row)")
+    fallback = catalog.offers.get("local:local-gpu")
+    if fallback is None or not in_currency(fallback):
+        fallback = next((o for o in local if o.gpu_count), None)
+    if fallback is None:
+        raise ConfigError("pricing.instance",
+                          f"auto: detected {gpu_model}, but no local GPU row is priced in "
+                          f"{currency}; add one for it with pricing.catalog", AUTO)
+    return fallback.key, (
+        f"pricing.instance auto: detected {gpu_model}, which has no local row in the "
+        f"catalogue: priced as {fallback.key} ({fallback.gpu_model or 'GPU'} depreciation); "
+        f"add a local row for it with pricing.catalog")
 
 
 #: Assumed for ``pricing.spot: auto`` before anything is measured: seconds a restart
@@ -72,7 +143,7 @@ def preemption_rate(config: Config, offer: catalog_mod.Offer | None) -> float:
 
 def resolve(config: Config, node_cpus: float | None = None,
             catalog: catalog_mod.Catalog | None = None, instance: str | None = None,
-            spot: bool | None = None) -> Price:
+            spot: bool | None = None, gpu_model: Any = DETECT) -> Price:
     """The run's :class:`Price` (or a node's, with ``instance`` and ``spot``).
 
     Args:
@@ -85,6 +156,8 @@ def resolve(config: Config, node_cpus: float | None = None,
             declares its instance).
         spot: Price at spot (True) or on-demand (False) instead of ``pricing.spot``;
             ``pricing.spot: auto`` is settled by :func:`hpsearch.nodekinds.choose_spot`.
+        gpu_model: For ``pricing.instance: auto``: this machine's GPU model (NVML name)
+            or None for no GPU; by default NVML is asked (once per process).
 
     Raises:
         ConfigError: unknown instance (with suggestions), a missing spot/on-demand
@@ -98,7 +171,8 @@ def resolve(config: Config, node_cpus: float | None = None,
                      pricing.price_per_hour, 1.0)
     if catalog is None:
         catalog = catalog_mod.load(pricing.catalog)
-    offer = catalog.lookup(instance or pricing.instance or default_instance(config))
+    name, note = _instance(config, catalog, instance, gpu_model)
+    offer = catalog.lookup(name)
     if pricing.currency is not None and pricing.currency != offer.currency:
         raise ConfigError(
             "pricing.currency",
@@ -124,7 +198,43 @@ def resolve(config: Config, node_cpus: float | None = None,
         share=share,
         billing_granularity_s=offer.billing_granularity_s,
         min_billing_s=offer.min_billing_s,
+        note=note,
     )
+
+
+def _instance(config: Config, catalog: catalog_mod.Catalog, instance: str | None,
+              gpu_model: Any = DETECT) -> tuple[str, str]:
+    """The catalogue name to price, and a note when ``auto`` chose it."""
+    if instance:
+        return instance, ""
+    name = config.pricing.instance or default_instance(config)
+    if name != AUTO:
+        return name, ""
+    if gpu_model is DETECT:
+        model, memory_mib, detail = _detected()
+    else:
+        model, memory_mib, detail = gpu_model, None, ""
+    if not model and config.resources.gpu > 0:
+        # Pricing local-cpu would fail on "has no GPU"; local-gpu would be a guess.
+        why = f" ({detail})" if detail else ""
+        raise ConfigError(
+            "pricing.instance",
+            f"auto prices this machine's GPU, but none was detected while trials reserve "
+            f"resources.gpu={config.resources.gpu:g}; run where the GPUs are, or name the "
+            f"catalogue row (e.g. local-gpu){why}", AUTO)
+    return auto_instance(model, catalog, config.pricing.currency, memory_mib, detail)
+
+
+@functools.lru_cache(maxsize=1)
+def _detected() -> tuple[str | None, float | None, str]:
+    """``(model, memory MiB, message)`` of this machine's GPUs; NVML once per process
+    (resolve() is called for every node's price)."""
+    from hpsearch.gpu import inventory
+
+    inv = inventory()
+    model = inv.main_model()
+    memory = next((g.memory_total_mib for g in inv.gpus if g.name == model), None)
+    return model, memory, inv.message
 
 
 def auto_reason(config: Config, catalog: catalog_mod.Catalog | None = None) -> str | None:
@@ -135,7 +245,7 @@ def auto_reason(config: Config, catalog: catalog_mod.Catalog | None = None) -> s
     if pricing.spot != "auto" or pricing.price_per_hour is not None:
         return None
     catalog = catalog or catalog_mod.load(pricing.catalog)
-    offer = catalog.lookup(pricing.instance or default_instance(config))
+    offer = catalog.lookup(_instance(config, catalog, None)[0])
     return nodekinds.choose_spot(offer.spot_per_hour, offer.on_demand_per_hour,
                                  preemption_rate(config, offer), AUTO_LOST_S,
                                  AUTO_RESTART_S)[1]

@@ -27,13 +27,22 @@ PURE_MODULES = [
     "hpsearch.cli",
     "hpsearch.trainable",
     "hpsearch.catalog",
+    "hpsearch.plan",
     "hpsearch.pricing",
+    "hpsearch.gpu",
+    "hpsearch.doctor",
     "hpsearch.ledger",
     "hpsearch.runtime",
     "hpsearch.budget",
     "hpsearch.policy",
     "hpsearch.report",
     "hpsearch.report_writers",
+    "hpsearch.gpuuse",
+    "hpsearch.oom",
+    "hpsearch.checkpoint",
+    "hpsearch.preemption",
+    "hpsearch.nodekinds",
+    "hpsearch.simulate",
 ]
 MARKER = "@@hpsearch-test-result@@"
 
@@ -88,7 +97,7 @@ def test_pure_module_imports_no_heavy_library(module, tmp_path):
 
 
 HELP_ARGV = [["--help"], ["run", "--help"], ["validate", "--help"], ["report", "--help"],
-             ["dashboard", "--help"]]
+             ["dashboard", "--help"], ["plan", "--help"], ["doctor", "--help"]]
 
 
 @pytest.mark.parametrize("argv", HELP_ARGV, ids=" ".join)
