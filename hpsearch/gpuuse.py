@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from hpsearch import keys
+from hpsearch.scalars import finite
 
 METHOD_IDLE = (
     "estimate: each GPU trial's cost x (1 - its mean GPU utilisation / 100), NVML's "
@@ -49,32 +50,25 @@ class GpuUse:
                 and self.torch_peak_mib is None)
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and abs(number) != float("inf") else None
+def _read(values: Mapping[str, Any], util: str, seconds: str, mem: str,
+          torch_peak: str) -> GpuUse | None:
+    use = GpuUse(util_mean=finite(values.get(util)),
+                 sampled_s=finite(values.get(seconds)) or 0.0,
+                 mem_peak_mib=finite(values.get(mem)),
+                 torch_peak_mib=finite(values.get(torch_peak)))
+    return None if use.empty else use
 
 
 def from_result(result: Mapping[str, Any]) -> GpuUse | None:
     """The :class:`GpuUse` a trial result carries (``hps_gpu_*`` keys), or None."""
-    use = GpuUse(util_mean=_number(result.get(keys.GPU_UTIL)),
-                 sampled_s=_number(result.get(keys.GPU_SAMPLED_S)) or 0.0,
-                 mem_peak_mib=_number(result.get(keys.GPU_MEM_PEAK_MIB)),
-                 torch_peak_mib=_number(result.get(keys.GPU_TORCH_PEAK_MIB)))
-    return None if use.empty else use
+    return _read(result, keys.GPU_UTIL, keys.GPU_SAMPLED_S, keys.GPU_MEM_PEAK_MIB,
+                 keys.GPU_TORCH_PEAK_MIB)
 
 
 def from_attrs(attrs: Mapping[str, Any]) -> GpuUse | None:
     """A trial's combined :class:`GpuUse` from its Optuna user attributes, or None."""
-    use = GpuUse(util_mean=_number(attrs.get(keys.ATTR_GPU_UTIL)),
-                 sampled_s=_number(attrs.get(keys.ATTR_GPU_SAMPLED_S)) or 0.0,
-                 mem_peak_mib=_number(attrs.get(keys.ATTR_GPU_MEM_PEAK_MIB)),
-                 torch_peak_mib=_number(attrs.get(keys.ATTR_GPU_TORCH_PEAK_MIB)))
-    return None if use.empty else use
+    return _read(attrs, keys.ATTR_GPU_UTIL, keys.ATTR_GPU_SAMPLED_S,
+                 keys.ATTR_GPU_MEM_PEAK_MIB, keys.ATTR_GPU_TORCH_PEAK_MIB)
 
 
 def _peak(values: Iterable[float | None]) -> float | None:
@@ -125,7 +119,7 @@ def idle_cost(cost: float | None, util_mean: float | None) -> float | None:
 
     Utilisation is clamped to 0-100.
     """
-    cost, util = _number(cost), _number(util_mean)
+    cost, util = finite(cost), finite(util_mean)
     if cost is None or util is None:
         return None
     return cost * (1.0 - min(100.0, max(0.0, util)) / 100.0)

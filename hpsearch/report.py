@@ -25,7 +25,6 @@ running every trial on on-demand instances.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Hashable, Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 from hpsearch import catalog as catalog_mod
 from hpsearch import gpuuse, keys
 from hpsearch.errors import ConfigError
+from hpsearch.scalars import finite as _finite
 
 #: Trial states in the order the report lists them.
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
@@ -102,16 +102,6 @@ class Report:
 
 
 # -- small helpers ---------------------------------------------------------------------
-
-def _finite(value: Any) -> float | None:
-    """``value`` as a float, or None if it is missing, not a number or not finite."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _better(a: float, b: float, mode: str) -> bool:

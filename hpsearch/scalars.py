@@ -46,3 +46,14 @@ def parse_bool(value: Any, path: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(path, "must be true or false", value)
     return value
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float, or None if it is missing, not a number or not finite."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
