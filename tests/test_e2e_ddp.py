@@ -16,6 +16,7 @@ from hpsearch import config as config_mod
 from hpsearch.errors import ConfigError
 
 from .test_e2e import load_study
+from .test_e2e_oom import oom_trial
 from .test_e2e_preemption import fixed_trial
 
 pytestmark = pytest.mark.slow
@@ -57,6 +58,20 @@ def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     assert preempted.user_attrs["resumed_from_epochs"] == [2]
     # Both ranks resumed from rank 0's checkpoint: the same curve as without preemption.
     assert preempted.intermediate_values == pytest.approx(clean.intermediate_values)
+    assert rank_processes() == []
+
+
+def test_out_of_memory_on_another_rank_climbs_the_ladder(ray_cluster, in_tmp):
+    # Only rank 1 runs out of memory: rank 0 sees its peer vanish, not the OOM itself.
+    cfg = oom_trial("ddp-oom", batch=128, limit=40, **{
+        "resources.devices": 2, "resources.cpu": 2,
+        "space.oom_rank": {"type": "categorical", "choices": [1]}})
+    (trial,) = load_study(hpsearch.run(cfg, emit=None)).trials
+    assert trial.state == TrialState.COMPLETE
+    # DistributedSampler halves each rank's share of the data, not the batch size.
+    assert trial.user_attrs["oom_steps"] == ["halve_batch: batch size 128 -> 64",
+                                            "halve_batch: batch size 64 -> 32"]
+    assert sorted(trial.intermediate_values) == [1, 2, 3]
     assert rank_processes() == []
 
 

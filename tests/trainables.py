@@ -104,16 +104,18 @@ def corrupt_then_crash(params: dict[str, Any]):
 
 
 class OomAboveMLP(digits.DigitsMLP):
-    """Raises torch.OutOfMemoryError (as CUDA would) for batches larger than ``limit``."""
+    """Raises torch.OutOfMemoryError (as CUDA would) for batches larger than ``limit``
+    (on DDP rank ``rank`` only, when it is >= 0)."""
 
-    def __init__(self, limit: int, **kwargs: Any):
+    def __init__(self, limit: int, rank: int = -1, **kwargs: Any):
         super().__init__(**kwargs)
         self.limit = limit
+        self.oom_rank = rank
 
     def training_step(self, batch, batch_idx):
         import torch
 
-        if batch[0].shape[0] > self.limit:
+        if batch[0].shape[0] > self.limit and self.oom_rank in (-1, self.global_rank):
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate a batch of {batch[0].shape[0]} "
                 f"(test limit {self.limit})")
@@ -122,5 +124,6 @@ class OomAboveMLP(digits.DigitsMLP):
 
 def oom_above(params: dict[str, Any]):
     """The digits MLP that runs out of 'GPU memory' above ``params['limit']`` samples."""
-    model = OomAboveMLP(int(params["limit"]), **_model_kwargs(params))
+    model = OomAboveMLP(int(params["limit"]), int(params.get("oom_rank", -1)),
+                        **_model_kwargs(params))
     return model, digits.DigitsData(batch_size=int(params["batch_size"]))
