@@ -15,7 +15,7 @@ import hpsearch
 from hpsearch import config as config_mod
 from hpsearch.errors import ConfigError
 
-from .test_e2e import load_study
+from .test_e2e import BAD, GOOD, enqueue, load_study, pruning_spec
 from .test_e2e_oom import oom_trial
 from .test_e2e_preemption import fixed_trial
 
@@ -58,6 +58,21 @@ def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     assert preempted.user_attrs["resumed_from_epochs"] == [2]
     # Both ranks resumed from rank 0's checkpoint: the same curve as without preemption.
     assert preempted.intermediate_values == pytest.approx(clean.intermediate_values)
+    assert rank_processes() == []
+
+
+def test_a_pruned_ddp_trial_ends_all_its_ranks(ray_cluster, in_tmp):
+    run_dir = in_tmp / "asha-ddp"
+    enqueue(run_dir, "asha-ddp", "max", [GOOD, GOOD, BAD])
+    cfg = config_mod.apply_overrides(
+        pruning_spec("asha-ddp", {"policy": "asha", "min_epochs": 1, "reduction_factor": 2}),
+        {"resources.devices": 2, "resources.cpu": 2})
+    trials = load_study(hpsearch.run(cfg, run_dir=run_dir, emit=None)).get_trials()
+    # ASHA (keep the top half at each rung) may also stop the second GOOD trial, whose
+    # seed differs: the first always completes, BAD is always stopped after epoch 1.
+    assert trials[0].state == TrialState.COMPLETE
+    assert trials[2].state == TrialState.PRUNED
+    assert sorted(trials[2].intermediate_values) == [1]
     assert rank_processes() == []
 
 
