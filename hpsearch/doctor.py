@@ -315,18 +315,26 @@ def package_check(name: str, dist: str, pip_name: str, required: bool,
     return Check(name, OK, f"{dist} {found}" + (f" (hpsearch needs {spec})" if spec else ""))
 
 
-def local_ray_check(inventory: Any, cpus: int | None = None) -> Check:
-    """Without an address: what the local Ray that ``run`` starts would get."""
+def local_ray_check(inventory: Any, cpus: int | None = None,
+                    trial_gpus: float = 0.0) -> Check:
+    """Without an address: what the local Ray that ``run`` starts would get, and whether
+    a trial reserving ``trial_gpus`` could be placed on it."""
     from hpsearch.gpu import visible_indices
 
     cpus = cpus or os.cpu_count() or 1
     visible = visible_indices()
     gpus = inventory.count if visible is None else len(
         [i for i in visible if i < inventory.count])
-    return Check("ray cluster", OK,
-                 f"no cluster address: `run` starts a local Ray with this machine's "
-                 f"{cpus} CPU(s) and {gpus} GPU(s) (not started now; `--address HOST:PORT` "
-                 f"or `cluster.address` checks a running cluster)")
+    message = (f"no cluster address: `run` starts a local Ray with this machine's "
+               f"{cpus} CPU(s) and {gpus} GPU(s) (not started now; `--address HOST:PORT` "
+               f"or `cluster.address` checks a running cluster)")
+    if trial_gpus > gpus:
+        return Check("ray cluster", FAIL,
+                     f"{message}; trials reserve resources.gpu={trial_gpus:g}, so none "
+                     f"could start here",
+                     "run on a machine with enough GPUs, join a cluster that has them "
+                     "(cluster.address), or set resources.gpu: 0 to train on CPU")
+    return Check("ray cluster", OK, message)
 
 
 UNREACHABLE_FIX = ("start the head on the head machine with `ray start --head "
@@ -616,7 +624,8 @@ def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
         checks += cluster_checks(doctor_checks.cluster_info(address, ray_timeout_s),
                                  catalog, config)
     else:
-        checks.append(local_ray_check(inventory))
+        checks.append(local_ray_check(
+            inventory, trial_gpus=config.resources.gpu if config is not None else 0.0))
 
     if config is not None:
         from hpsearch.driver import default_run_dir, storage_url_for

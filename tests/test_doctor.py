@@ -426,3 +426,21 @@ def test_cluster_checks_a_trial_that_fits_no_node_fails():
                             "GPU (got 1.0)")
     assert doctor.cluster_checks(info, packaged(), make({"instance": "local-cpu"})
                                  )[-1].name != "trial fits"
+
+
+@no_driver
+def test_gpu_trials_on_a_machine_without_gpus_fail_the_local_ray_check(tmp_path, space):
+    proc = hpsearch("doctor", str(space), "--set", "resources.gpu=0.25", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    assert lines_of(proc)["ray cluster"].startswith("[FAIL] ray cluster:")
+    assert "resources.gpu=0.25, so none could start here" in proc.stdout
+    assert "resources.gpu: 0" in fix_after(proc, "ray cluster")
+    assert tree(tmp_path) == ["space.yaml"]
+
+
+def test_local_ray_check_passes_when_the_gpus_suffice():
+    two = gpu.Inventory(True, tuple(gpu.Gpu(i, "NVIDIA L4", f"GPU-{i}", 24e3, 0.0, 24e3)
+                                    for i in range(2)))
+    assert doctor.local_ray_check(two, cpus=8, trial_gpus=2).status == OK
+    assert doctor.local_ray_check(two, cpus=8, trial_gpus=0.5).status == OK
+    assert doctor.local_ray_check(two, cpus=8, trial_gpus=3).status == FAIL
