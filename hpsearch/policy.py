@@ -6,12 +6,15 @@ At each epoch from 2 on, a trial is ranked against every trial seen at that epoc
 (trials stopped earlier count as behind it), on its value plus a small bonus for still
 improving. It is kept if it ranks within a share of them that starts generous, while
 epoch-1 and epoch-2 values are close to noise, and narrows as the curves show their
-shape (:func:`keep_fraction`). Money enters in how sure the policy must be, not in the
-yardstick: a trial whose remaining epochs cost more than its peers' must rank higher to
-be kept (the share shrinks with the square root of its cost ratio), a cheap one may rank
-lower, and the leader is always kept, however slow. Once trials have finished, a guard
-stops trials whose optimistic extrapolation (the largest gain a finished curve made from
-this epoch on, or the trial's own recent slope continued) cannot reach the incumbent.
+shape (:func:`keep_fraction`); until epoch 8 that share is raised to a power of 1.3
+(fading to 1 by epoch 16), so the many trials plainly behind early go sooner, while the
+mid-run cut, where the eventual best is often a close second, stays as it was. Money
+enters in how sure the policy must be, not in the yardstick: a trial whose remaining
+epochs cost more than its peers' must rank higher to be kept (the share shrinks with the
+square root of its cost ratio), a cheap one may rank lower, and the leader is always
+kept, however slow. Once trials have finished, a guard stops trials whose optimistic
+extrapolation (the largest gain a finished curve made from this epoch on, or the trial's
+own recent slope continued) cannot reach the incumbent.
 
 One knob, ``aggressiveness`` (default 1): the kept share is raised to this power, so 2
 keeps about its square (stops more, cheaper, riskier) and 0.5 its square root.
@@ -31,11 +34,20 @@ from hpsearch.decisions import Decision
 if TYPE_CHECKING:
     from hpsearch.budget import Accountant
 
+#: Epochs of the LCBench curves the schedules were measured on.
+REFERENCE_EPOCHS = 52
 #: Kept share by epoch: generous while epoch values are noise, steep from epoch 10 to 20.
 ABSOLUTE_SCHEDULE = ((2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04))
 #: The same schedule by progress (epoch / max_epochs) as measured on 52-epoch curves,
 #: so long runs are not cut on absolute epochs alone.
 RELATIVE_SCHEDULE = ((2 / 52, 0.70), (5 / 52, 0.40), (10 / 52, 0.20), (20 / 52, 0.04))
+#: Power on the kept share early on, fading linearly to 1 between the epochs of
+#: SHARPNESS_FADE (on each clock of the schedule). About half the money spent before the
+#: hit goes to epochs 1-5 of trials that end nowhere near the best, so cutting them
+#: sooner pays; the mid-run cut is left as it was, because there the eventual best is
+#: often a close 2nd-6th (epochs 13-25) and a narrower share throws it away.
+EARLY_SHARPNESS = 1.3
+SHARPNESS_FADE = (8, 16)
 #: Epochs of a trial's recent slope (over up to SLOPE_EPOCHS) added to its value when
 #: ranking: a trial still improving is judged a little ahead of where it stands.
 IMPROVEMENT_BONUS = 4.0
@@ -86,10 +98,26 @@ def cost_factor(ratio: float | None) -> float:
 
 
 def keep_fraction(epoch: int, max_epochs: int, aggressiveness: float = 1.0) -> float:
-    """Share of the trials seen at ``epoch`` that is kept (before the cost adjustment)."""
-    share = max(_interpolate(ABSOLUTE_SCHEDULE, epoch),
-                _interpolate(RELATIVE_SCHEDULE, epoch / max_epochs))
-    return share ** aggressiveness
+    """Share of the trials seen at ``epoch`` that is kept (before the cost adjustment).
+
+    On each clock (absolute epochs, and progress as its 52-epoch equivalent) the
+    schedule's share is raised to that clock's :func:`early_sharpness`; the larger of the
+    two is kept, raised to ``aggressiveness``.
+    """
+    equivalent = REFERENCE_EPOCHS * epoch / max(1, max_epochs)
+    absolute = _interpolate(ABSOLUTE_SCHEDULE, epoch) ** early_sharpness(epoch)
+    relative = (_interpolate(RELATIVE_SCHEDULE, epoch / max(1, max_epochs))
+                ** early_sharpness(equivalent))
+    return max(absolute, relative) ** aggressiveness
+
+
+def early_sharpness(epoch: float) -> float:
+    """The power on the schedule's share at ``epoch`` (of a 52-epoch curve):
+    :data:`EARLY_SHARPNESS` up to the first epoch of :data:`SHARPNESS_FADE`, 1 from the
+    second on, linear between."""
+    start, end = SHARPNESS_FADE
+    fade = min(1.0, max(0.0, (epoch - start) / (end - start)))
+    return EARLY_SHARPNESS + (1.0 - EARLY_SHARPNESS) * fade
 
 
 @dataclass

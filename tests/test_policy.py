@@ -11,7 +11,8 @@ import pytest
 
 from hpsearch import policy
 from hpsearch.decisions import Decision
-from hpsearch.policy import Board, CostAwarePolicy, cost_factor, keep_fraction
+from hpsearch.policy import (Board, CostAwarePolicy, cost_factor, early_sharpness,
+                             keep_fraction)
 
 
 def board(curves: dict[int, list[float]], mode: str = "max",
@@ -58,13 +59,42 @@ def test_the_tuned_constants_are_pinned():
     assert policy.COST_FULL_FROM == 10
     assert policy.COST_FACTOR_RANGE == (1 / 3, 3.0)
     assert policy.FINISH_SHARE == 0.1
+    assert policy.REFERENCE_EPOCHS == 52
+    assert policy.EARLY_SHARPNESS == 1.3
+    assert policy.SHARPNESS_FADE == (8, 16)
 
 
 
 
-@pytest.mark.parametrize("epoch, share", [(2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04)])
-def test_keep_fraction_schedule_at_52_epochs(epoch, share):
-    assert keep_fraction(epoch, 52) == pytest.approx(share, rel=1e-9)
+@pytest.mark.parametrize("epoch, share, power", [(2, 0.70, 1.3), (5, 0.40, 1.3),
+                                                  (10, 0.20, 1.225), (20, 0.04, 1.0)])
+def test_keep_fraction_schedule_at_52_epochs(epoch, share, power):
+    # The schedule's share raised to the early sharpness (1.3 to epoch 8, 1 from 16).
+    assert keep_fraction(epoch, 52) == pytest.approx(share ** power, rel=1e-9)
+
+
+@pytest.mark.parametrize("epoch, power", [(1, 1.3), (2, 1.3), (8, 1.3), (10, 1.225),
+                                          (12, 1.15), (16, 1.0), (30, 1.0)])
+def test_early_sharpness_fades_to_one(epoch, power):
+    assert early_sharpness(epoch) == pytest.approx(power)
+
+
+def test_early_cut_is_sharper_and_the_mid_run_cut_unchanged():
+    # Early on, fewer trials are kept than the bare schedule says; from epoch 16 on (where
+    # the eventual best is often a close second) exactly the schedule's share.
+    assert keep_fraction(3, 52) < policy._interpolate(policy.ABSOLUTE_SCHEDULE, 3)
+    assert keep_fraction(5, 52) == pytest.approx(0.40 ** 1.3)
+    for epoch in range(16, 47):
+        assert keep_fraction(epoch, 52) == pytest.approx(
+            policy._interpolate(policy.ABSOLUTE_SCHEDULE, epoch)), epoch
+
+
+def test_early_sharpness_follows_progress_on_long_runs():
+    # Epoch 20 of 200 is, by progress, epoch 5.2 of 52: sharpened like it.
+    assert keep_fraction(20, 200) == pytest.approx(
+        policy._interpolate(policy.RELATIVE_SCHEDULE, 0.1) ** 1.3)
+    # Epoch 80 of 200 is 20.8 of 52: the schedule's last share, unsharpened.
+    assert keep_fraction(80, 200) == pytest.approx(0.04)
 
 
 @pytest.mark.parametrize("max_epochs", [3, 10, 52, 200])
@@ -75,17 +105,19 @@ def test_keep_fraction_is_monotone_non_increasing(max_epochs):
 
 
 def test_keep_fraction_flat_beyond_the_schedule():
-    assert keep_fraction(1, 52) == pytest.approx(0.70)
+    assert keep_fraction(1, 52) == pytest.approx(0.70 ** 1.3)
     assert keep_fraction(40, 52) == pytest.approx(0.04)
 
 
 def test_keep_fraction_between_points_is_log_linear():
-    # Halfway from epoch 10 (0.20) to 20 (0.04) in epochs -> the geometric mean.
-    assert keep_fraction(15, 52) == pytest.approx(math.sqrt(0.20 * 0.04))
+    # Past the early sharpening: halfway from epoch 16 to 20 -> the geometric mean.
+    assert keep_fraction(18, 52) == pytest.approx(
+        math.sqrt(keep_fraction(16, 52) * keep_fraction(20, 52)))
+    assert keep_fraction(16, 52) == pytest.approx(0.20 * 0.2 ** 0.6)
 
 
 def test_relative_schedule_keeps_long_runs_generous():
-    assert keep_fraction(20, 200) == pytest.approx(0.4, abs=0.02)
+    assert keep_fraction(20, 200) == pytest.approx(0.4 ** 1.3, abs=0.02)
     assert keep_fraction(20, 200) > 5 * keep_fraction(20, 52)
     assert keep_fraction(100, 200) == pytest.approx(0.04)
 
@@ -212,22 +244,23 @@ def test_a_trial_stopped_at_this_epoch_is_ranked_by_its_value():
     assert "rank 9/10" in verdict.reason
 
 
-#: Twenty flat trials at epoch 10 (trial i at 0.9 - 0.01 i): the schedule keeps the top 4.
+#: Twenty flat trials at epoch 10 (trial i at 0.9 - 0.01 i): the schedule keeps the top 3.
 TWENTY = [0.9 - 0.01 * i for i in range(20)]
 
 
 @pytest.mark.parametrize(
     "trial, cost_rate, expected",
     [
-        # 20 trials at epoch 10 (where the cost adjustment is in full) keep the top 4;
-        # 4x as expensive keeps the top 2; 4x as cheap the top 8.
+        # 20 trials at epoch 10 (where the cost adjustment is in full) keep the top 3
+        # (0.2 ** 1.225 = 14%); 4x as expensive keeps the top 2; 4x as cheap the top 6.
         (2, None, Decision.CONTINUE),
+        (3, None, Decision.STOP),
         (2, 4.0, Decision.STOP),
         (2, 0.25, Decision.CONTINUE),
         (5, None, Decision.STOP),
         (5, 4.0, Decision.STOP),
         (5, 0.25, Decision.CONTINUE),
-        (7, 0.25, Decision.CONTINUE),
+        (6, 0.25, Decision.STOP),
         (8, 0.25, Decision.STOP),
     ],
 )
@@ -243,17 +276,17 @@ def test_cost_adjusts_how_high_a_trial_must_rank(trial, cost_rate, expected):
 
 def test_cost_has_no_effect_at_epoch_2():
     # Epoch-2 values are noise: money must not decide on them. 20 trials at epoch 2 keep
-    # the top 14 (70%), however expensive or cheap the trial is.
+    # the top 13 (0.7 ** 1.3 = 63%), however expensive or cheap the trial is.
     b = board(field_of(TWENTY, 2))
     pol = CostAwarePolicy("max", 52)
     peers = [1.0] * 19
     for ratio in (None, 9.0, 100.0):
-        assert pol.decide(b, 13, 2, cost_rate=ratio, peer_cost_rates=peers).decision \
+        assert pol.decide(b, 12, 2, cost_rate=ratio, peer_cost_rates=peers).decision \
             is Decision.CONTINUE, ratio
     for ratio in (None, 1 / 9, 0.01):
-        verdict = pol.decide(b, 14, 2, cost_rate=ratio, peer_cost_rates=peers)
+        verdict = pol.decide(b, 13, 2, cost_rate=ratio, peer_cost_rates=peers)
         assert verdict.decision is Decision.STOP, ratio
-        assert "top 14" in verdict.reason
+        assert "top 13" in verdict.reason
     verdict = pol.decide(b, 19, 2, cost_rate=9.0, peer_cost_rates=peers)
     assert "x1.00: its epochs cost 9.00x the median" in verdict.reason
 
@@ -286,6 +319,26 @@ def test_unknown_peer_costs_leave_the_share_alone():
     for peers in (None, [], [0.0, -1.0]):
         assert pol.decide(b, 2, 5, cost_rate=4.0, peer_cost_rates=peers).decision \
             is Decision.CONTINUE
+
+
+def test_early_cut_stops_what_the_bare_schedule_kept():
+    # Ten flat trials at epoch 3: the bare schedule (58%) kept the top 6; sharpened
+    # (0.58 ** 1.3 = 49%) the top 5, so the 6th goes.
+    b = board(field_of(TEN, 3))
+    pol = CostAwarePolicy("max", 52)
+    assert pol.decide(b, 4, 3).decision is Decision.CONTINUE
+    verdict = pol.decide(b, 5, 3)
+    assert verdict.decision is Decision.STOP
+    assert "rank 6/10" in verdict.reason and "top 5" in verdict.reason
+
+
+def test_mid_run_cut_keeps_a_close_second():
+    # Fifty flat trials at epoch 20: the top 2 (4%) are kept, as before the sharpening.
+    fifty = [0.9 - 0.001 * i for i in range(50)]
+    b = board(field_of(fifty, 20))
+    pol = CostAwarePolicy("max", 52)
+    assert pol.decide(b, 1, 20).decision is Decision.CONTINUE
+    assert pol.decide(b, 2, 20).decision is Decision.STOP
 
 
 def test_aggressiveness_cuts_deeper():
