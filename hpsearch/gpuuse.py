@@ -93,25 +93,26 @@ def combine(uses: Iterable[GpuUse]) -> GpuUse:
                   torch_peak_mib=_peak(u.torch_peak_mib for u in uses))
 
 
-def to_result(use: GpuUse) -> dict[str, float]:
-    """The ``hps_gpu_*`` result keys of ``use`` (figures that are None left out)."""
-    out = {keys.GPU_SAMPLED_S: use.sampled_s}
-    for key, value in ((keys.GPU_UTIL, use.util_mean), (keys.GPU_MEM_PEAK_MIB,
-                       use.mem_peak_mib), (keys.GPU_TORCH_PEAK_MIB, use.torch_peak_mib)):
+def _write(use: GpuUse, util: str, seconds: str, mem: str,
+           torch_peak: str) -> dict[str, float]:
+    out = {seconds: use.sampled_s}
+    for key, value in ((util, use.util_mean), (mem, use.mem_peak_mib),
+                       (torch_peak, use.torch_peak_mib)):
         if value is not None:
             out[key] = value
     return out
+
+
+def to_result(use: GpuUse) -> dict[str, float]:
+    """The ``hps_gpu_*`` result keys of ``use`` (figures that are None left out)."""
+    return _write(use, keys.GPU_UTIL, keys.GPU_SAMPLED_S, keys.GPU_MEM_PEAK_MIB,
+                  keys.GPU_TORCH_PEAK_MIB)
 
 
 def to_attrs(use: GpuUse) -> dict[str, float]:
     """The Optuna user attributes of a trial's combined ``use`` (None figures left out)."""
-    out = {keys.ATTR_GPU_SAMPLED_S: use.sampled_s}
-    for key, value in ((keys.ATTR_GPU_UTIL, use.util_mean),
-                       (keys.ATTR_GPU_MEM_PEAK_MIB, use.mem_peak_mib),
-                       (keys.ATTR_GPU_TORCH_PEAK_MIB, use.torch_peak_mib)):
-        if value is not None:
-            out[key] = value
-    return out
+    return _write(use, keys.ATTR_GPU_UTIL, keys.ATTR_GPU_SAMPLED_S,
+                  keys.ATTR_GPU_MEM_PEAK_MIB, keys.ATTR_GPU_TORCH_PEAK_MIB)
 
 
 def idle_cost(cost: float | None, util_mean: float | None) -> float | None:

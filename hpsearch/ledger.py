@@ -38,6 +38,14 @@ class CurrencyError(HpsearchError):
     exit_code = 2
 
 
+def billed_seconds(length_s: float, granularity_s: int, min_billing_s: int) -> float:
+    """Seconds billed for an interval of ``length_s``: rounded up to a multiple of
+    ``granularity_s``, and at least ``min_billing_s``."""
+    granularity = max(1, granularity_s)
+    rounded = math.ceil(max(0.0, length_s) / granularity - 1e-9) * granularity
+    return float(max(min_billing_s, rounded))
+
+
 @dataclass
 class Interval:
     """One stretch of billed time of one trial on one instance.
@@ -72,9 +80,7 @@ class Interval:
         """Billed seconds (an open interval is billed up to ``now_s``)."""
         end = self.end_s if self.end_s is not None else (now_s if now_s is not None
                                                           else self.start_s)
-        length = max(0.0, end - self.start_s)
-        rounded = math.ceil(length / self.granularity_s - 1e-9) * self.granularity_s
-        return float(max(self.min_billing_s, rounded))
+        return billed_seconds(end - self.start_s, self.granularity_s, self.min_billing_s)
 
     def cost(self, now_s: float | None = None) -> float:
         return self.billed_s(now_s) * self.price_per_hour / 3600.0

@@ -416,9 +416,9 @@ def billed_s(run_s: float, offer: catalog_mod.Offer) -> float:
     """Seconds billed for one interval of ``run_s`` seconds on ``offer``: rounded up to
     its billing granularity, at least its minimum billing period (as
     :meth:`hpsearch.ledger.Interval.billed_s` bills it)."""
-    granularity = max(1, offer.billing_granularity_s)
-    rounded = math.ceil(max(0.0, run_s) / granularity - 1e-9) * granularity
-    return float(max(offer.min_billing_s, rounded))
+    from hpsearch.ledger import billed_seconds
+
+    return billed_seconds(run_s, offer.billing_granularity_s, offer.min_billing_s)
 
 
 @dataclass(frozen=True)
