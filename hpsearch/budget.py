@@ -92,6 +92,13 @@ class Accountant:
             self.timing.record_epoch(trial, epoch_time_s, startup_s if epoch == 1 else None)
             self._epochs[trial] = epoch
 
+    def restore_timing(self, trial: int, epoch_times_s, startup_s: float | None) -> None:
+        """Take back the measured epoch times of a trial of an earlier session (its epochs
+        1..len(epoch_times_s)), so a continued run estimates from them."""
+        self.timing.restore(trial, epoch_times_s, startup_s)
+        if epoch_times_s:
+            self._epochs[trial] = max(self._epochs.get(trial, 0), len(epoch_times_s))
+
     def trial_placed(self, trial: int, price: Price) -> None:
         """Bill ``trial``'s running interval at the price of the node it landed on."""
         self.ledger.reprice(trial, price)

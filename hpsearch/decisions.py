@@ -35,3 +35,22 @@ class StopRecord:
     reason: str
     predicted_final: float | None = None
     saved_cost: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A policy's decision about one trial after one epoch.
+
+    Attributes:
+        decision: CONTINUE, STOP or PAUSE.
+        reason: Why, in one sentence (empty for CONTINUE).
+        predicted_final: The metric the trial was expected to end at (metric units).
+    """
+
+    decision: Decision
+    reason: str = ""
+    predicted_final: float | None = None
+
+
+#: The verdict that lets a trial go on.
+CONTINUE = Verdict(Decision.CONTINUE)

@@ -51,6 +51,9 @@ ATTR_GPU_MEM_PEAK_MIB = "gpu_mem_peak_mib"  #: peak device memory in use, MiB (N
 ATTR_GPU_TORCH_PEAK_MIB = "gpu_torch_peak_mib"  #: peak memory torch reserved, MiB
 ATTR_NODE = "node"  #: the Ray node of the trial's latest result
 ATTR_NODES = "nodes"  #: every Ray node the trial ran on, in order
+ATTR_LIFECYCLE = "lifecycle"  #: the trial's lifecycle state (hpsearch.core.lifecycle)
+ATTR_EPOCH_TIMES = "epoch_times_s"  #: measured seconds of each epoch, oldest first
+ATTR_STARTUP_S = "startup_s"  #: seconds its first process spent before epoch 1
 # Money of a trial (mirrored from the ledger).
 ATTR_COST = "cost"
 ATTR_WASTED_COST = "wasted_cost"

@@ -40,9 +40,12 @@ class CurrencyError(HpsearchError):
 
 def billed_seconds(length_s: float, granularity_s: int, min_billing_s: int) -> float:
     """Seconds billed for an interval of ``length_s``: rounded up to a multiple of
-    ``granularity_s``, and at least ``min_billing_s``."""
-    granularity = max(1, granularity_s)
-    rounded = math.ceil(max(0.0, length_s) / granularity - 1e-9) * granularity
+    ``granularity_s`` (0: not rounded, e.g. a simulated worker), and at least
+    ``min_billing_s``."""
+    length = max(0.0, length_s)
+    if granularity_s <= 0:
+        return float(max(min_billing_s, length))
+    rounded = math.ceil(length / granularity_s - 1e-9) * granularity_s
     return float(max(min_billing_s, rounded))
 
 

@@ -29,10 +29,14 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
-from hpsearch.decisions import Decision
+from hpsearch.decisions import CONTINUE, Decision, Verdict
 
 if TYPE_CHECKING:
+    from typing import Sequence
+
     from hpsearch.budget import Accountant
+    from hpsearch.core.lifecycle import TrialState
+    from hpsearch.core.ports import TrialHistory
 
 #: Epochs of the LCBench curves the schedules were measured on.
 REFERENCE_EPOCHS = 52
@@ -174,22 +178,6 @@ class Board:
         return max(finals) if finals else None
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """A policy's decision about one trial after one epoch.
-
-    Attributes:
-        decision: CONTINUE or STOP.
-        reason: Why, in one sentence (empty for CONTINUE).
-        predicted_final: The metric the trial was expected to end at (metric units).
-    """
-
-    decision: Decision
-    reason: str = ""
-    predicted_final: float | None = None
-
-
-CONTINUE = Verdict(Decision.CONTINUE)
 
 
 @dataclass
@@ -314,21 +302,36 @@ class CostAwarePolicy:
 
 class CostAwarePruner:
     """The cost-aware policy as a running search keeps it: the board of curves and the
-    accountant's measured epoch costs. The Ray scheduler adapter and the simulator both
-    drive this one object, so they decide alike.
+    accountant's measured epoch costs. It implements the core's
+    :class:`~hpsearch.core.ports.Policy`, so the Ray backend and the simulator drive it
+    through the same :class:`~hpsearch.core.search.SearchCore` and decide alike.
 
     Args:
         policy: The decision rule.
         accountant: The run's money; its measured epoch times give the cost rates.
     """
 
+    name = "cost_aware"
+
     def __init__(self, policy: CostAwarePolicy, accountant: "Accountant"):
         self.policy = policy
         self.accountant = accountant
         self.board = Board(mode=policy.mode)
 
+    def restore(self, histories: "Sequence[TrialHistory]") -> None:
+        """Put an earlier session's curves back on the board."""
+        for history in histories:
+            for epoch, value in sorted(history.values.items()):
+                self.board.add(history.number, epoch, value)
+            if history.state.finished:
+                self.on_end(history.number, history.last_epoch, history.state)
+
+    def on_start(self, trial: int) -> None:
+        pass
+
     def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
-        """Record ``trial``'s value after ``epoch`` and decide (feed the accountant first)."""
+        """Record ``trial``'s value after ``epoch`` and decide (the core fed the
+        accountant first)."""
         self.board.add(trial, epoch, value)
         peers = [c for t in self.accountant.timing.trials if t != trial
                  and (c := self.accountant.epoch_cost(t)) is not None]
@@ -338,9 +341,37 @@ class CostAwarePruner:
             self.board.stop(trial, epoch)
         return verdict
 
-    def on_end(self, trial: int, epoch: int) -> None:
-        """``trial`` left its worker after ``epoch`` (finished, or stopped by someone else)."""
+    def on_end(self, trial: int, epoch: int, state: "TrialState") -> None:
+        """``trial`` left its worker after ``epoch``: trained to the end, or stopped by
+        someone else (it counts as behind from then on). A trial that will start again
+        (preempted, retried, paused) stays as it is."""
+        if state.waiting:
+            return
         if epoch >= self.policy.max_epochs:
             self.board.finish(trial)
         elif trial not in self.board.stopped_at:
             self.board.stop(trial, epoch)
+
+    def pick_resume(self, waiting: "Sequence[int]") -> int | None:
+        return None
+
+
+class NoPruning:
+    """Every trial trains to its last epoch (``pruning.policy: none``)."""
+
+    name = "none"
+
+    def restore(self, histories: "Sequence[TrialHistory]") -> None:
+        pass
+
+    def on_start(self, trial: int) -> None:
+        pass
+
+    def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
+        return CONTINUE
+
+    def on_end(self, trial: int, epoch: int, state: "TrialState") -> None:
+        pass
+
+    def pick_resume(self, waiting: "Sequence[int]") -> int | None:
+        return None

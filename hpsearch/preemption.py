@@ -23,6 +23,7 @@ kills the trial's process then.
 from __future__ import annotations
 
 import atexit
+import math
 import random
 import signal
 import threading
@@ -150,6 +151,19 @@ class NoticePoller(threading.Thread):
         self._stop.set()
 
 
+def preemption_delay_s(seed: int, trial: int, attempt: int, rate_per_hour: float) -> float:
+    """Seconds after attempt ``attempt`` of ``trial`` starts at which it is preempted.
+
+    A seeded Poisson process: each (seed, trial, attempt) has its own stream, so a run
+    replays exactly and a restart draws afresh. ``inf`` for a rate of 0 or less. The one
+    draw both the real driver (:class:`SimulatedPreemptions`) and the simulator
+    (:class:`hpsearch.simulate.Preemptions`) use.
+    """
+    if rate_per_hour <= 0:
+        return math.inf
+    return random.Random(f"{seed}:{trial}:{attempt}").expovariate(rate_per_hour / 3600.0)
+
+
 class SimulatedPreemptions:
     """When the driver preempts each trial (seeded, reproducible).
 
@@ -170,8 +184,7 @@ class SimulatedPreemptions:
         """Seconds after an attempt starts at which it is preempted; None = never."""
         if self.rate_per_hour <= 0:
             return None
-        rng = random.Random(f"{self.seed}:{trial}:{attempt}")
-        return rng.expovariate(self.rate_per_hour / 3600.0)
+        return preemption_delay_s(self.seed, trial, attempt, self.rate_per_hour)
 
     def scripted(self, trial: int, epoch: int) -> bool:
         """Whether a scripted preemption falls right after ``trial`` reports ``epoch``

@@ -56,6 +56,15 @@ class RunTiming:
         if startup_s is not None and timing.startup_s is None:
             timing.startup_s = max(0.0, startup_s)
 
+    def restore(self, trial: int, epoch_times_s, startup_s: float | None = None) -> None:
+        """Take back a trial's measured times recorded by an earlier session."""
+        if not epoch_times_s and startup_s is None:
+            return
+        timing = self.trials.setdefault(trial, TrialTiming())
+        timing.epoch_times_s = [max(0.0, float(t)) for t in epoch_times_s]
+        if startup_s is not None:
+            timing.startup_s = max(0.0, float(startup_s))
+
     def epoch_s(self, trial: int | None = None) -> float | None:
         """Seconds per epoch of ``trial`` if it has measured epochs, else the run's median."""
         if trial is not None and trial in self.trials:

@@ -1,26 +1,40 @@
-"""A simulated backend: replay learning curves on W workers in simulated time.
+"""The simulated backend: replay learning curves on W workers in simulated time, through
+the same search core a real run uses.
 
 Pure module, no Ray, no sleeping. Each configuration is a :class:`Curve` (the metric
 after each epoch and the cumulative seconds it took). :func:`simulate` runs a search over
 an ordered list of configurations with ``workers`` trials at a time: an event queue
-orders epoch ends by simulated time, so which trial reports next follows the curves'
-own epoch times, exactly as it would on a cluster of that many workers, whatever the
-speed of this machine. A :class:`SimScheduler` sees every result and decides CONTINUE,
-STOP or PAUSE (a paused trial keeps its progress and may be resumed later); when a
-worker frees, a paused trial the scheduler wants resumed goes first, else the next
-configuration starts.
+orders epoch ends by simulated time, so which trial reports next follows the curves' own
+epoch times, exactly as it would on a cluster of that many workers, whatever the speed
+of this machine.
 
-The result is the full timeline: the busy intervals of every trial, from which money
-(busy worker time x price) up to any moment follows.
+Every decision is the :class:`~hpsearch.core.search.SearchCore`'s, as in a real run: a
+free worker asks it what to start (a preempted trial first, then a paused trial the
+policy resumes, then the next configuration), each epoch end is reported to it and it
+answers CONTINUE, STOP or PAUSE (the budget, then the pruning policy), and it bills
+every attempt in the ledger on the simulated clock. This module only moves the clock.
+
+The result is the full timeline: the busy intervals of every trial (from which money
+up to any moment follows), every report and decision, and the core itself (its ledger,
+its trials' states).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Sequence
 
+from hpsearch.budget import Accountant
+from hpsearch.config import Budget
+from hpsearch.core.lifecycle import TrialState
+from hpsearch.core.ports import EpochReport, MemoryStudy, Policy
+from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.decisions import Decision
+from hpsearch.ledger import Ledger
+from hpsearch.preemption import preemption_delay_s
+from hpsearch.pricing import Price
 
 
 @dataclass(frozen=True)
@@ -47,23 +61,6 @@ class Curve:
         return max(0.0, self.cum_time_s[epoch - 1] - before)
 
 
-class SimScheduler(Protocol):
-    """What the simulator asks; the narrow interface every simulated policy implements."""
-
-    def on_trial_start(self, trial: int, now_s: float) -> None:
-        """``trial`` starts (or resumes) on a worker."""
-
-    def on_result(self, trial: int, epoch: int, value: float, epoch_s: float,
-                  now_s: float) -> Decision:
-        """``trial`` finished ``epoch`` with ``value`` after ``epoch_s`` seconds."""
-
-    def on_trial_end(self, trial: int, epoch: int, completed: bool, now_s: float) -> None:
-        """``trial`` left its worker after ``epoch``: completed, stopped or paused."""
-
-    def next_resume(self, now_s: float) -> int | None:
-        """A paused trial to resume on a free worker, or None."""
-
-
 @dataclass(frozen=True)
 class Preemptions:
     """Spot instances in the simulation: each running attempt is preempted at seeded
@@ -83,12 +80,7 @@ class Preemptions:
     seed: int = 0
 
     def after_s(self, trial: int, attempt: int) -> float:
-        if self.rate_per_hour <= 0:
-            return float("inf")
-        import random
-
-        return random.Random(f"{self.seed}:{trial}:{attempt}").expovariate(
-            self.rate_per_hour / 3600.0)
+        return preemption_delay_s(self.seed, trial, attempt, self.rate_per_hour)
 
 
 @dataclass
@@ -108,21 +100,26 @@ class SimResult:
 
     Attributes:
         segments: Busy stretches, in the order they ended.
+        starts: ``(time, trial)`` of every start and restart, in start order.
         reports: ``(time, trial, epoch, value, decision)`` for every result.
         epochs_done: Epochs each trial completed.
-        completed: Trials trained to their last epoch, with the time they finished.
+        completed: Trials trained to their last epoch (COMPLETE), with the time they
+            finished.
         end_s: When the last worker went idle.
         preempted: ``(time, trial, seconds of work lost, restart seconds that follow)``.
         checkpoint_s: Worker-seconds spent writing checkpoints.
+        core: The search core that decided (its ledger holds the money).
     """
 
     segments: list[Segment] = field(default_factory=list)
+    starts: list[tuple[float, int]] = field(default_factory=list)
     reports: list[tuple[float, int, int, float, Decision]] = field(default_factory=list)
     epochs_done: dict[int, int] = field(default_factory=dict)
     completed: dict[int, float] = field(default_factory=dict)
     end_s: float = 0.0
     preempted: list[tuple[float, int, float, float]] = field(default_factory=list)
     checkpoint_s: float = 0.0
+    core: SearchCore | None = None
 
     def busy_s(self, until_s: float | None = None) -> float:
         """Worker-seconds busy up to ``until_s`` (work in flight counts up to that moment)."""
@@ -136,92 +133,142 @@ class SimResult:
         return sum(s.end_s - s.start_s for s in self.segments if s.trial == trial)
 
 
+#: The price of a simulated worker-hour unless one is given: 1 per hour, billed exactly
+#: (no rounding, no minimum), so money is busy time.
+SIM_PRICE = Price(1.0, "USD", "sim", False, 1.0, 1.0, billing_granularity_s=0)
+
+
+class _Clock:
+    """The simulated clock the core and its ledger read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
-             scheduler: SimScheduler, preemptions: Preemptions | None = None) -> SimResult:
+             policy: Policy | Callable[[Accountant], Policy], preemptions: Preemptions | None = None, *,
+             price: Price = SIM_PRICE, budget: Budget | None = None,
+             max_epochs: int | None = None) -> SimResult:
     """Run a search over ``order`` (indices into ``curves``) on ``workers`` workers.
 
     Epoch ends at the same simulated time are taken in the order they were scheduled, so
     a run is deterministic. With ``preemptions``, a preempted trial restarts (before any
-    new configuration) from its last completed epoch; schedulers that define
-    ``on_trial_preempted(trial, now_s)`` hear of it.
+    new configuration) from its last completed epoch.
+
+    Args:
+        curves: Every configuration's curve; trial numbers are their indices.
+        order: The configurations in the order new trials take them.
+        workers: Trials at once.
+        policy: The pruning policy the core asks, or a function of the run's
+            accountant that makes it (a policy that weighs money).
+        preemptions: Spot preemptions, restarts and checkpoint costs, or None.
+        price: The price of a worker-hour (billed in the core's ledger).
+        budget: Money and time caps (the core's admission control), or none.
+        max_epochs: Epochs of a full trial; default the longest curve.
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")
-    result = SimResult()
-    queue = list(order)[::-1]  # pop() takes the next configuration
-    restarts: list[int] = []
-    # (time, sequence, trial, epoch or 0 for a preemption, attempt)
-    events: list[tuple[float, int, int, int, int]] = []
-    running: dict[int, tuple[float, int, int]] = {}  # trial -> (start, first epoch, attempt)
-    attempts: dict[int, int] = {}
-    checkpointed_at: dict[int, float] = {}
-    ckpt_s = preemptions.checkpoint_s if preemptions else 0.0
-    sequence = 0
-    now = 0.0
+    clock = _Clock()
+    epochs = max_epochs or max((c.epochs for c in curves), default=1)
+    accountant = Accountant(price, budget or Budget(), Ledger(), epochs, clock)
+    if not hasattr(policy, "on_result"):
+        policy = policy(accountant)
+    core = SearchCore(study=MemoryStudy([{} for _ in curves], order), accountant=accountant,
+                      policy=policy, max_epochs=epochs, new_trials=len(order),
+                      max_restarts=math.inf, clock=clock)
+    return _Simulation(curves, workers, core, clock, preemptions).run()
 
-    def push(t: float, trial: int, epoch: int, attempt: int) -> None:
-        nonlocal sequence
-        heapq.heappush(events, (t, sequence, trial, epoch, attempt))
-        sequence += 1
 
-    def start(trial: int, at: float, restart: bool) -> None:
-        done = result.epochs_done.get(trial, 0)
-        curve = curves[trial]
-        attempt = attempts[trial] = attempts.get(trial, 0) + 1
-        scheduler.on_trial_start(trial, at)
-        running[trial] = (at, done + 1, attempt)
-        checkpointed_at[trial] = at
-        setup = curve.startup_s + (preemptions.restart_s if restart else 0.0)
-        push(at + setup + curve.epoch_s(done + 1) + ckpt_s, trial, done + 1, attempt)
-        if preemptions is not None:
-            push(at + preemptions.after_s(trial, attempt), trial, 0, attempt)
+class _Simulation:
+    """The event loop of :func:`simulate`."""
 
-    def fill(at: float) -> None:
-        while len(running) < workers:
-            if restarts:
-                start(restarts.pop(0), at, restart=True)
-                continue
-            trial = scheduler.next_resume(at)
-            if trial is None:
-                if not queue:
-                    return
-                trial = queue.pop()
-            start(trial, at, restart=False)
+    def __init__(self, curves: Sequence[Curve], workers: int, core: SearchCore,
+                 clock: _Clock, preemptions: Preemptions | None):
+        self.curves, self.workers, self.core, self.clock = curves, workers, core, clock
+        self.preemptions = preemptions
+        self.ckpt_s = preemptions.checkpoint_s if preemptions else 0.0
+        self.result = SimResult(core=core)
+        # (time, sequence, trial, epoch or 0 for a preemption, attempt)
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.running: dict[int, tuple[float, int, int]] = {}  # trial -> (start, first, attempt)
+        self.attempts: dict[int, int] = {}
+        self.checkpointed_at: dict[int, float] = {}
+        self.restarting: set[int] = set()  # preempted: the next start pays restart_s
+        self.sequence = 0
 
-    fill(now)
-    while events:
-        now, _, trial, epoch, attempt = heapq.heappop(events)
-        if trial not in running or running[trial][2] != attempt:
-            continue  # an event of an attempt that has ended
-        seg_start, first, _ = running[trial]
-        if epoch == 0:  # preempted
-            running.pop(trial)
-            done = result.epochs_done.get(trial, 0)
-            result.segments.append(Segment(trial, seg_start, now, first, done))
-            result.preempted.append((now, trial, now - checkpointed_at[trial],
-                                     preemptions.restart_s))
-            notify = getattr(scheduler, "on_trial_preempted", None)
-            if notify is not None:
-                notify(trial, now)
-            restarts.append(trial)
-            fill(now)
-            continue
-        curve = curves[trial]
+    def push(self, t: float, trial: int, epoch: int, attempt: int) -> None:
+        heapq.heappush(self.events, (t, self.sequence, trial, epoch, attempt))
+        self.sequence += 1
+
+    def start(self, trial: int, at: float) -> None:
+        done = self.result.epochs_done.get(trial, 0)
+        curve = self.curves[trial]
+        attempt = self.attempts[trial] = self.attempts.get(trial, 0) + 1
+        self.core.started(trial)
+        self.result.starts.append((at, trial))
+        self.running[trial] = (at, done + 1, attempt)
+        self.checkpointed_at[trial] = at
+        restart = trial in self.restarting
+        self.restarting.discard(trial)
+        setup = curve.startup_s + (self.preemptions.restart_s if restart else 0.0)
+        self.push(at + setup + curve.epoch_s(done + 1) + self.ckpt_s, trial, done + 1, attempt)
+        if self.preemptions is not None:
+            self.push(at + self.preemptions.after_s(trial, attempt), trial, 0, attempt)
+
+    def fill(self, at: float) -> None:
+        while len(self.running) < self.workers:
+            start = self.core.next_start()
+            if start.kind not in (StartKind.NEW, StartKind.RESUME):
+                return
+            self.start(start.number, at)
+
+    def leave(self, trial: int, now: float, epoch: int) -> None:
+        seg_start, first, _ = self.running.pop(trial)
+        self.result.segments.append(Segment(trial, seg_start, now, first, epoch))
+
+    def preempt(self, trial: int, now: float) -> None:
+        self.leave(trial, now, self.result.epochs_done.get(trial, 0))
+        self.result.preempted.append((now, trial, now - self.checkpointed_at[trial],
+                                      self.preemptions.restart_s))
+        if self.core.preempted(trial, "simulated preemption") is TrialState.PREEMPTED:
+            self.restarting.add(trial)
+
+    def epoch_end(self, trial: int, epoch: int, attempt: int, now: float) -> None:
+        curve = self.curves[trial]
         value = curve.values[epoch - 1]
-        result.epochs_done[trial] = epoch
-        result.checkpoint_s += ckpt_s
-        checkpointed_at[trial] = now
-        decision = scheduler.on_result(trial, epoch, value, curve.epoch_s(epoch) + ckpt_s, now)
-        result.reports.append((now, trial, epoch, value, decision))
-        last = epoch >= curve.epochs
-        if decision is Decision.CONTINUE and not last:
-            push(now + curve.epoch_s(epoch + 1) + ckpt_s, trial, epoch + 1, attempt)
-            continue
-        running.pop(trial)
-        result.segments.append(Segment(trial, seg_start, now, first, epoch))
-        if last:
-            result.completed[trial] = now
-        scheduler.on_trial_end(trial, epoch, last, now)
-        fill(now)
-    result.end_s = now
-    return result
+        epoch_s = curve.epoch_s(epoch) + self.ckpt_s
+        seg_start, first, _ = self.running[trial]
+        self.result.epochs_done[trial] = epoch
+        self.result.checkpoint_s += self.ckpt_s
+        self.checkpointed_at[trial] = now
+        decision = self.core.reported(EpochReport(
+            trial, epoch, value, epoch_s, trial_time_s=now - seg_start,
+            start_epoch=first - 1))
+        self.result.reports.append((now, trial, epoch, value, decision))
+        if decision is Decision.CONTINUE and epoch < curve.epochs:
+            self.push(now + curve.epoch_s(epoch + 1) + self.ckpt_s, trial, epoch + 1, attempt)
+            return
+        self.leave(trial, now, epoch)
+        if self.core.ended(trial) is TrialState.COMPLETE:
+            self.result.completed[trial] = now
+
+    def run(self) -> SimResult:
+        now = 0.0
+        self.fill(now)
+        while self.events:
+            now, _, trial, epoch, attempt = heapq.heappop(self.events)
+            if trial not in self.running or self.running[trial][2] != attempt:
+                continue  # an event of an attempt that has ended
+            self.clock.now = now
+            if epoch == 0:
+                self.preempt(trial, now)
+            else:
+                self.epoch_end(trial, epoch, attempt, now)
+            self.fill(now)
+        self.result.end_s = now
+        self.core.close()
+        return self.result
+

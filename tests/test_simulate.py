@@ -1,7 +1,8 @@
-"""Unit tests of hpsearch.simulate: replaying hand-made curves on W workers in simulated time.
+"""Unit tests of hpsearch.simulate: replaying hand-made curves on W workers in simulated time,
+every decision taken by the search core (hpsearch.core.search) as in a real run.
 
 Pure: no Ray, torch, Lightning or Optuna is imported here (benchmarks.peers imports them
-only inside the schedulers that need them).
+only inside the policies that need them).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.peers import HpsearchCostAware, NoPruning
-from hpsearch.decisions import Decision
+from benchmarks import peers
+from hpsearch.core.lifecycle import TrialState
+from hpsearch.decisions import CONTINUE, Decision, Verdict
+from hpsearch.ledger import PREEMPTED, DONE
+from hpsearch.policy import NoPruning
 from hpsearch.simulate import Curve, Preemptions, Segment, SimResult, simulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,6 +36,10 @@ def curve(epoch_s: list[float], values: list[float] | None = None,
     return Curve(tuple(values), tuple(cum), startup_s)
 
 
+def cost_aware(max_epochs: int):
+    return peers.make("cost_aware", max_epochs=max_epochs, n_trials=0, seed=0)
+
+
 def timeline(result: SimResult) -> list[tuple[float, int, int]]:
     """(time, trial, epoch) of every report, in report order."""
     return [(t, trial, epoch) for t, trial, epoch, _, _ in result.reports]
@@ -43,11 +51,16 @@ class Recorder(NoPruning):
     def __init__(self):
         self.calls: list[tuple] = []
 
-    def on_trial_start(self, trial, now_s):
-        self.calls.append(("start", trial, now_s))
+    def on_start(self, trial):
+        self.calls.append(("start", trial))
 
-    def on_trial_end(self, trial, epoch, completed, now_s):
-        self.calls.append(("end", trial, epoch, completed, now_s))
+    def on_end(self, trial, epoch, state):
+        self.calls.append(("end", trial, epoch, state))
+
+
+def starts(result: SimResult) -> list[tuple[int, float]]:
+    """(trial, time) of every start, in start order."""
+    return [(trial, at) for at, trial in result.starts]
 
 
 class StopAt(Recorder):
@@ -57,8 +70,8 @@ class StopAt(Recorder):
         super().__init__()
         self.at = at
 
-    def on_result(self, trial, epoch, value, epoch_s, now_s):
-        return S if self.at.get(trial) == epoch else C
+    def on_result(self, trial, epoch, value):
+        return Verdict(S, "test") if self.at.get(trial) == epoch else CONTINUE
 
 
 class PauseThenResume(Recorder):
@@ -69,16 +82,16 @@ class PauseThenResume(Recorder):
         super().__init__()
         self.n, self.resume = n, list(resume)
         self.paused: set[int] = set()
-        self.asked: list[float] = []
+        self.asked = 0
 
-    def on_result(self, trial, epoch, value, epoch_s, now_s):
+    def on_result(self, trial, epoch, value):
         if epoch == 2 and trial not in self.paused:
             self.paused.add(trial)
-            return P
-        return C
+            return Verdict(P, "test")
+        return CONTINUE
 
-    def next_resume(self, now_s):
-        self.asked.append(now_s)
+    def pick_resume(self, waiting):
+        self.asked += 1
         if len(self.paused) < self.n or not self.resume:
             return None
         return self.resume.pop(0)
@@ -115,8 +128,8 @@ def test_a_free_worker_takes_the_next_configuration_in_order():
     curves = [curve([10]), curve([1]), curve([1]), curve([1])]
     rec = Recorder()
     result = simulate(curves, [0, 1, 2, 3], 2, rec)
-    starts = [(c[1], c[2]) for c in rec.calls if c[0] == "start"]
-    assert starts == [(0, 0), (1, 0), (2, 1), (3, 2)]
+    assert starts(result) == [(0, 0), (1, 0), (2, 1), (3, 2)]
+    assert [c[1] for c in rec.calls if c[0] == "start"] == [0, 1, 2, 3]
     assert result.completed == {1: 1, 2: 2, 3: 3, 0: 10}
 
 
@@ -173,9 +186,9 @@ def test_stop_frees_the_worker_for_the_next_configuration_at_that_moment():
     sched = StopAt({0: 2})
     result = simulate(curves, [0, 1, 2], 2, sched)
     assert result.reports[:2] == [(1, 0, 1, 0.1, C), (2, 0, 2, 0.2, S)]
-    assert ("end", 0, 2, False, 2) in sched.calls
-    assert ("start", 2, 2) in sched.calls  # at the moment trial 0 left
-    assert sched.calls.index(("end", 0, 2, False, 2)) < sched.calls.index(("start", 2, 2))
+    assert ("end", 0, 2, TrialState.PRUNED) in sched.calls
+    assert (2, 2) in starts(result)  # at the moment trial 0 left
+    assert sched.calls.index(("end", 0, 2, TrialState.PRUNED)) < sched.calls.index(("start", 2))
     assert result.epochs_done == {0: 2, 1: 2, 2: 2}
     assert 0 not in result.completed
     assert result.completed == {2: 6, 1: 10}
@@ -208,12 +221,13 @@ def test_pause_keeps_progress_and_resumes_from_the_next_epoch():
     assert result.completed == {1: 12, 0: 14}
     assert result.epochs_done == {0: 4, 1: 4, 2: 2}  # trial 2 stays paused
     ends = [c for c in sched.calls if c[0] == "end"]
-    assert ends[:3] == [("end", 0, 2, False, 2), ("end", 1, 2, False, 6),
-                        ("end", 2, 2, False, 8)]
-    assert ends[3:] == [("end", 1, 4, True, 12), ("end", 0, 4, True, 14)]
-    starts = [c for c in sched.calls if c[0] == "start"]
-    assert starts == [("start", 0, 0), ("start", 1, 2), ("start", 2, 6),
-                      ("start", 1, 8), ("start", 0, 12)]
+    paused = TrialState.PAUSED
+    assert ends[:3] == [("end", 0, 2, paused), ("end", 1, 2, paused), ("end", 2, 2, paused)]
+    # Trial 2 was never resumed: the session's end prunes it.
+    assert ends[3:] == [("end", 1, 4, TrialState.COMPLETE), ("end", 0, 4, TrialState.COMPLETE),
+                        ("end", 2, 2, TrialState.PRUNED)]
+    assert starts(result) == [(0, 0), (1, 2), (2, 6), (1, 8), (0, 12)]
+    assert result.core.record(2).state is TrialState.PRUNED
     # A paused trial's resumed epochs are reported with their own values.
     assert result.reports[-2][3] == 0.3 and result.reports[-1][3] == 0.4
 
@@ -224,18 +238,18 @@ def test_a_resumed_trial_goes_before_the_next_configuration():
             super().__init__()
             self.paused: list[int] = []
 
-        def on_result(self, trial, epoch, value, epoch_s, now_s):
+        def on_result(self, trial, epoch, value):
             if trial == 0 and epoch == 1 and not self.paused:
                 self.paused.append(0)
-                return P
-            return C
+                return Verdict(P, "test")
+            return CONTINUE
 
-        def next_resume(self, now_s):
+        def pick_resume(self, waiting):
             return self.paused.pop() if self.paused else None
 
     sched = ResumeFirst()
-    simulate([curve([1, 1]), curve([1])], [0, 1], 1, sched)
-    assert [c[1:] for c in sched.calls if c[0] == "start"] == [(0, 0), (0, 1), (1, 2)]
+    result = simulate([curve([1, 1]), curve([1])], [0, 1], 1, sched)
+    assert starts(result) == [(0, 0), (0, 1), (1, 2)]
 
 
 def test_startup_delays_the_first_epoch_of_every_start_and_resume():
@@ -244,13 +258,16 @@ def test_startup_delays_the_first_epoch_of_every_start_and_resume():
     result = simulate(curves, [0, 1], 1, sched)
     assert timeline(result) == [
         (6, 0, 1), (7, 0, 2),  # 5 s startup, then 1 s epochs; paused after epoch 2
-        (8.5, 1, 1), (9.5, 1, 2),  # 0.5 s startup; trial 1 ends (pause at its last epoch)
+        (8.5, 1, 1), (9.5, 1, 2),  # 0.5 s startup; trial 1 paused at its curve's end
         (15.5, 0, 3), (16.5, 0, 4),  # resumed: 5 s startup again
     ]
     assert result.segments[0] == Segment(0, 0, 7, 1, 2)
     assert result.segments[-1] == Segment(0, 9.5, 16.5, 3, 4)
     assert result.trial_busy_s(0) == 14  # two startups + four epochs
-    assert result.completed == {1: 9.5, 0: 16.5}
+    # The policy's pause wins over a curve shorter than max_epochs: trial 1 is never
+    # resumed, and the session's end prunes it.
+    assert result.completed == {0: 16.5}
+    assert result.core.record(1).state is TrialState.PRUNED
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,19 +311,18 @@ def test_cost_aware_and_no_pruning_agree_when_the_policy_cannot_stop():
               for i in range(12)]
     order = [5, 3, 11, 0, 1, 8, 2, 4, 10, 6, 9, 7]
     none = simulate(curves, order, 3, NoPruning())
-    cost = HpsearchCostAware(max_epochs=2)
-    aware = simulate(curves, order, 3, cost)
+    aware = simulate(curves, order, 3, cost_aware(2))
     assert aware.reports == none.reports
     assert aware.segments == none.segments
     assert aware.completed == none.completed
     assert len(aware.completed) == 12
-    assert cost.pruner.board.finished == set(range(12))
+    assert aware.core.policy.board.finished == set(range(12))
 
 
 def test_cost_aware_stops_hopeless_trials_on_the_simulated_clock():
     # Twelve flat curves; the policy cuts the worst at once when it can rank them.
     curves = [curve([1.0] * 10, [90.0 - 5 * i] * 10) for i in range(12)]
-    result = simulate(curves, list(range(12)), 4, HpsearchCostAware(max_epochs=10))
+    result = simulate(curves, list(range(12)), 4, cost_aware(10))
     stopped = [t for t in result.epochs_done if t not in result.completed]
     assert stopped and 0 in result.completed
     assert any(d is S for *_, d in result.reports)
@@ -349,7 +365,8 @@ def test_a_preempted_trial_restarts_from_its_last_epoch_and_loses_the_partial_on
     assert [(s.start_s, s.end_s, s.first_epoch, s.last_epoch) for s in result.segments] == [
         (0, 25, 1, 2), (25, 52, 3, 4)]
     assert result.busy_s() == 52 and result.completed == {0: 52}
-    assert [c[0] for c in sched.calls] == ["start", "start", "end"]
+    assert sched.calls == [("start", 0), ("end", 0, 2, TrialState.PREEMPTED), ("start", 0),
+                           ("end", 0, 4, TrialState.COMPLETE)]
 
 
 def test_a_restart_goes_before_new_configurations():
@@ -365,13 +382,13 @@ def test_checkpoints_cost_worker_time_every_epoch():
     assert result.checkpoint_s == 4.0
 
 
-def test_the_cost_aware_scheduler_bills_a_preempted_attempt_apart():
-    sched = HpsearchCostAware(4)
-    simulate([curve([10] * 4)], [0], 1, sched,
-             preemptions=ScriptedPreemptions({0: 25.0}, restart_s=5.0))
-    intervals = sched.accountant.ledger.intervals
-    assert [i.outcome for i in intervals] == ["preempted", "done"]
+def test_the_core_bills_a_preempted_attempt_apart():
+    result = simulate([curve([10] * 4)], [0], 1, cost_aware(4),
+                      preemptions=ScriptedPreemptions({0: 25.0}, restart_s=5.0))
+    intervals = result.core.accountant.ledger.intervals
+    assert [i.outcome for i in intervals] == [PREEMPTED, DONE]
     assert intervals[0].wasted_s() == pytest.approx(5.0)
+    assert result.core.accountant.ledger.spent() == pytest.approx(result.busy_s() / 3600)
 
 
 def test_poisson_preemptions_are_seeded():

@@ -21,7 +21,8 @@ from hpsearch.adapters.study import StudyRecorder
 from hpsearch.budget import Accountant
 from hpsearch.config import Config
 from hpsearch.decisions import Decision, StopRecord
-from hpsearch.policy import CostAwarePolicy, CostAwarePruner, Verdict
+from hpsearch.decisions import Verdict
+from hpsearch.policy import CostAwarePolicy, CostAwarePruner
 
 #: The one place Decision meets Ray's strings.
 TO_RAY = {
@@ -72,7 +73,11 @@ class CostAwareScheduler(FIFOScheduler):
     def on_trial_complete(self, tune_controller, trial, result) -> None:
         number = self.recorder.number(trial.trial_id)
         if number is not None:
-            self.pruner.on_end(number, int((result or {}).get(keys.EPOCH, 0)))
+            from hpsearch.core.lifecycle import TrialState
+
+            epoch = int((result or {}).get(keys.EPOCH, 0))
+            self.pruner.on_end(number, epoch, TrialState.COMPLETE
+                               if epoch >= self.pruner.policy.max_epochs else TrialState.PRUNED)
 
     def explain(self, trial_id: str) -> tuple[str, float | None] | None:
         verdict = self.verdicts.get(trial_id)

@@ -1,0 +1,196 @@
+"""Every trial's life: its states, the events that move it, and the legal transitions.
+
+Pure module (no Ray, torch, Lightning or Optuna). :class:`Lifecycle` holds one
+:class:`TrialRecord` per trial number and is the only code that changes a trial's state;
+:class:`hpsearch.core.search.SearchCore` decides *which* transition to take and calls
+:meth:`Lifecycle.move`, which refuses any transition the table does not allow, so an
+impossible event (a result from a finished trial, a start of a running one) is a clear
+:class:`LifecycleError`, never a silent corruption.
+
+States::
+
+    PENDING ----STARTED----> RUNNING --ENDED--> COMPLETE | PRUNED | PAUSED
+      ^  \\                    | |  |             | BUDGET_STOPPED | FAILED
+      |   FAILED (no retry)    | |  +--PREEMPTED--> PREEMPTED (or FAILED: out of restarts)
+      |      -> FAILED         | +--FAILED------> PENDING (a retry) or FAILED
+      +--RESUMED-- PAUSED | PREEMPTED | BUDGET_STOPPED (a later session, more money)
+    PAUSED | PREEMPTED | PENDING --CLOSED--> PRUNED | BUDGET_STOPPED | FAILED (session end)
+
+A preemption is not a failure: it has its own counter and uses no failure retry; a
+preempted trial waits like a paused one and resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from hpsearch.decisions import StopRecord
+from hpsearch.errors import HpsearchError
+
+
+class TrialState(enum.Enum):
+    """Where a trial is in its life."""
+
+    PENDING = "pending"  #: admitted; waits for a worker (new, retried or resumed)
+    RUNNING = "running"  #: a process trains it
+    PAUSED = "paused"  #: the policy paused it; its checkpoint is kept; it may resume
+    PREEMPTED = "preempted"  #: its instance was taken back; it waits to resume
+    COMPLETE = "complete"  #: trained to its last epoch (or the trainable stopped itself)
+    PRUNED = "pruned"  #: a policy stopped it early
+    FAILED = "failed"  #: it raised, or was lost more often than allowed
+    BUDGET_STOPPED = "budget_stopped"  #: the budget stopped it; more money resumes it
+
+    @property
+    def finished(self) -> bool:
+        """A state no event of this session leaves (BUDGET_STOPPED too)."""
+        return self in FINISHED
+
+    @property
+    def waiting(self) -> bool:
+        """Not running, not finished: the trial may still start (again)."""
+        return self in WAITING
+
+
+FINISHED = frozenset({TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAILED,
+                      TrialState.BUDGET_STOPPED})
+WAITING = frozenset({TrialState.PENDING, TrialState.PAUSED, TrialState.PREEMPTED})
+
+
+class Event(enum.Enum):
+    """What can happen to a trial."""
+
+    ADMITTED = "admitted"  #: a new trial was asked for (it has no state yet)
+    RESUMED = "resumed"  #: a waiting trial is queued to start again
+    STARTED = "started"  #: a process took it on a node
+    REPORTED = "reported"  #: it finished an epoch
+    ENDED = "ended"  #: its process ended without an error
+    PREEMPTED = "preempted"  #: its process or node was taken back
+    FAILED = "failed"  #: its process raised or died
+    CLOSED = "closed"  #: the session ended while it waited
+    RESTORED = "restored"  #: rebuilt from the study at a session's start
+
+
+_S = TrialState
+#: (state before, event) -> the states it may move to. ``None`` is "no such trial yet".
+TRANSITIONS: dict[tuple[TrialState | None, Event], frozenset[TrialState]] = {
+    (None, Event.ADMITTED): frozenset({_S.PENDING}),
+    (_S.PAUSED, Event.RESUMED): frozenset({_S.PENDING}),
+    (_S.PREEMPTED, Event.RESUMED): frozenset({_S.PENDING}),
+    (_S.BUDGET_STOPPED, Event.RESUMED): frozenset({_S.PENDING}),
+    (_S.PENDING, Event.STARTED): frozenset({_S.RUNNING}),
+    (_S.RUNNING, Event.REPORTED): frozenset({_S.RUNNING}),
+    (_S.RUNNING, Event.ENDED): frozenset({_S.COMPLETE, _S.PRUNED, _S.PAUSED,
+                                          _S.BUDGET_STOPPED, _S.FAILED}),
+    (_S.RUNNING, Event.PREEMPTED): frozenset({_S.PREEMPTED, _S.FAILED}),
+    (_S.RUNNING, Event.FAILED): frozenset({_S.PENDING, _S.FAILED}),
+    # A trial stopped before it ran (its node kind vanished) or refused at its start.
+    (_S.PENDING, Event.FAILED): frozenset({_S.PENDING, _S.FAILED}),
+    (_S.PENDING, Event.CLOSED): frozenset({_S.BUDGET_STOPPED, _S.FAILED}),
+    (_S.PAUSED, Event.CLOSED): frozenset({_S.PRUNED}),
+    (_S.PREEMPTED, Event.CLOSED): frozenset({_S.BUDGET_STOPPED, _S.FAILED}),
+    **{(None, Event.RESTORED): frozenset(TrialState)},
+}
+
+
+class LifecycleError(HpsearchError):
+    """An event that cannot happen to a trial in its state (a bug, or a corrupt record).
+
+    Args:
+        number: The trial.
+        state: Its state, or None if it does not exist.
+        event: What was asked.
+        to: The state the caller wanted, if any.
+    """
+
+    def __init__(self, number: int, state: TrialState | None, event: Event,
+                 to: TrialState | None = None):
+        self.number, self.state, self.event, self.to = number, state, event, to
+        where = "does not exist" if state is None else f"is {state.value}"
+        target = f" to {to.value}" if to is not None else ""
+        super().__init__(f"trial {number} {where}: it cannot be {event.value}{target}")
+
+    def __reduce__(self):
+        return (type(self), (self.number, self.state, self.event, self.to))
+
+
+@dataclass
+class TrialRecord:
+    """What the core knows about one trial (the study holds the same facts durably).
+
+    Attributes:
+        number: The Optuna trial number.
+        state: Its state.
+        epoch: Epochs it has reported (the newest reported epoch).
+        value: The objective at ``epoch``.
+        checkpoint_epoch: The newest epoch saved in a checkpoint.
+        attempts: Processes started for it, this session and earlier ones.
+        preemptions: Times it was preempted (counts against ``preemption.max_restarts``).
+        failures: Times its process failed and was retried (``search.max_failures``).
+        stop: Why a policy or the budget stopped or paused it; None while it may go on.
+        exit: The state it takes when its process ends (set with ``stop``).
+        node: The node of its current or latest attempt.
+        spot: Whether that node is a spot node (None when nodes declare no kind).
+        error: Why it failed, once it has.
+    """
+
+    number: int
+    state: TrialState
+    epoch: int = 0
+    value: float | None = None
+    checkpoint_epoch: int = 0
+    attempts: int = 0
+    preemptions: int = 0
+    failures: int = 0
+    stop: StopRecord | None = None
+    exit: TrialState | None = None
+    node: str | None = None
+    spot: bool | None = None
+    error: str | None = None
+    history: dict[int, float] = field(default_factory=dict)
+
+
+class Lifecycle:
+    """The state of every trial of a search, changed only through :meth:`move`."""
+
+    def __init__(self) -> None:
+        self.trials: dict[int, TrialRecord] = {}
+
+    def get(self, number: int) -> TrialRecord | None:
+        return self.trials.get(number)
+
+    def state(self, number: int) -> TrialState | None:
+        record = self.trials.get(number)
+        return None if record is None else record.state
+
+    def move(self, number: int, event: Event, to: TrialState) -> TrialRecord:
+        """Apply ``event`` to trial ``number``, moving it to ``to``.
+
+        Raises:
+            LifecycleError: The transition table does not allow it.
+        """
+        record = self.trials.get(number)
+        before = None if record is None else record.state
+        allowed = TRANSITIONS.get((before, event), frozenset())
+        if to not in allowed:
+            raise LifecycleError(number, before, event, to)
+        if record is None:
+            record = self.trials[number] = TrialRecord(number, to)
+        record.state = to
+        return record
+
+    def check(self, number: int, event: Event) -> TrialRecord:
+        """The record of ``number`` if ``event`` may happen to it now, else raise."""
+        record = self.trials.get(number)
+        before = None if record is None else record.state
+        if not TRANSITIONS.get((before, event)):
+            raise LifecycleError(number, before, event)
+        assert record is not None
+        return record
+
+    def in_state(self, *states: TrialState) -> list[int]:
+        """Trial numbers in any of ``states``, in number order."""
+        return sorted(n for n, r in self.trials.items() if r.state in states)
+
+    def count(self, *states: TrialState) -> int:
+        return sum(1 for r in self.trials.values() if r.state in states)

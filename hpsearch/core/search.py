@@ -1,0 +1,447 @@
+"""The search core: one owner for every trial's life, driven alike by Ray and the simulator.
+
+Pure module. A backend (the Ray Tune adapter, :mod:`hpsearch.simulate`) translates what
+happens to its trials into calls of :class:`SearchCore`, and its answers (enums) into
+actions:
+
+* :meth:`SearchCore.next_start` -- what a free worker runs next: a retried, preempted
+  or resumed trial first, then a new configuration from the study, if the budget admits
+  one and a node of the right kind is alive (:class:`Start`);
+* :meth:`SearchCore.started` -- a process took the trial: billing starts;
+* :meth:`SearchCore.reported` -- an epoch ended: the study records it, the ledger bills
+  it, the budget and then the pruning policy decide (:class:`~hpsearch.decisions.Decision`);
+* :meth:`SearchCore.ended`, :meth:`SearchCore.preempted`, :meth:`SearchCore.failed`,
+  :meth:`SearchCore.moved` -- the process is gone: the trial finishes, waits to resume,
+  or is retried, each within its own allowance (a preemption is not a failure);
+* :meth:`SearchCore.close` -- the session ends: trials left waiting are settled.
+
+Every transition goes through :class:`~hpsearch.core.lifecycle.Lifecycle`; the study is
+told every fact (:class:`~hpsearch.core.ports.StudyPort`); money is the ledger's, through
+the :class:`~hpsearch.budget.Accountant`. A continued run rebuilds all of it from the
+study (:meth:`SearchCore.restore`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from hpsearch import keys
+from hpsearch.budget import Accountant, Admission
+from hpsearch.core.lifecycle import Event, Lifecycle, TrialRecord, TrialState
+from hpsearch.core.ports import EpochReport, Listener, Policy, Quiet, StudyPort, TrialHistory
+from hpsearch.decisions import Decision, StopRecord
+from hpsearch.ledger import DONE, FAILED, PREEMPTED, STOPPED
+
+
+class StartKind(enum.Enum):
+    """What a free worker is told to do."""
+
+    NEW = "new"  #: start a new configuration
+    RESUME = "resume"  #: start an existing trial again, from its newest checkpoint
+    WAIT = "wait"  #: nothing now; ask again later (money or a node may free up)
+    FINISHED = "finished"  #: nothing more this session
+
+
+@dataclass(frozen=True)
+class Start:
+    """The answer of :meth:`SearchCore.next_start`.
+
+    Attributes:
+        kind: What to do.
+        number: The trial to start (NEW and RESUME).
+        params: Its parameters.
+        seed: Its seed.
+        spot: The node kind to place it on (True spot, False on-demand, None anywhere).
+        reason: Why nothing starts (WAIT, FINISHED), when there is one.
+    """
+
+    kind: StartKind
+    number: int | None = None
+    params: dict[str, Any] | None = None
+    seed: int | None = None
+    spot: bool | None = None
+    reason: str = ""
+
+
+WAIT = Start(StartKind.WAIT)
+
+
+#: Who stopped a trial when the budget did (the policy name in its stop record).
+BUDGET = "budget"
+
+
+class SearchCore:
+    """Owns the trials of one search session (see the module docstring).
+
+    Args:
+        study: The study of record.
+        accountant: The run's money (ledger, runtime model, budget).
+        policy: The pruning policy.
+        max_epochs: Epochs of a full trial.
+        new_trials: New configurations this session may start.
+        max_failures: Retries of a trial whose process failed (``search.max_failures``).
+        max_restarts: Restarts of a preempted trial (``preemption.max_restarts``).
+        placement: Chooses spot or on-demand nodes and prices each node (None: trials
+            run anywhere at the run's price).
+        listener: Shown what happens (progress lines).
+        clock: Seconds; the accountant's clock (wall time in a real run).
+    """
+
+    def __init__(self, *, study: StudyPort, accountant: Accountant, policy: Policy,
+                 max_epochs: int, new_trials: int, max_failures: int = 0,
+                 max_restarts: int = 100, placement: Any = None,
+                 listener: Listener | None = None,
+                 clock: Callable[[], float] | None = None):
+        self.study = study
+        self.accountant = accountant
+        self.policy = policy
+        self.max_epochs = max_epochs
+        self.new_left = new_trials
+        self.max_failures = max_failures
+        self.max_restarts = max_restarts
+        self.placement = placement
+        self.listener = listener or Quiet()
+        self.clock = clock or accountant.clock
+        self.trials = Lifecycle()
+        self.queue: deque[int] = deque()  # trials to start again before anything new
+        self.live: set[int] = set()  # trials handed to a worker and not yet gone
+        self.closed_reason: str | None = None
+        self.abort_reason: str | None = None
+
+    # -- a continued run --------------------------------------------------------------
+
+    def restore(self, histories: list[TrialHistory]) -> list[int]:
+        """Rebuild from the study's trials; return the unfinished ones, queued to resume.
+
+        Finished trials keep their state; a trial the study still has RUNNING (left by a
+        stopped driver) resumes from its checkpoint before any new trial, a paused one
+        stays paused. The policy and the runtime model relearn every curve.
+        """
+        resumed = []
+        for history in histories:
+            record = self.trials.move(history.number, Event.RESTORED, history.state)
+            record.history = dict(history.values)
+            record.epoch = history.last_epoch
+            record.value = history.values.get(record.epoch)
+            record.checkpoint_epoch = record.epoch
+            record.preemptions, record.failures = history.preemptions, history.failures
+            if record.state in (TrialState.RUNNING, TrialState.PENDING):
+                record.state = TrialState.PENDING
+                self.queue.append(history.number)
+                resumed.append(history.number)
+            self.accountant.restore_timing(history.number, history.epoch_times_s,
+                                           history.startup_s)
+        self.policy.restore(histories)
+        return resumed
+
+    # -- starting trials --------------------------------------------------------------
+
+    def next_start(self) -> Start:
+        """What a free worker runs now (see :class:`StartKind`)."""
+        if self.abort_reason is not None:
+            return self._idle(self.abort_reason)
+        verdict = self.accountant.admission()
+        if verdict.admission is Admission.CLOSED:
+            if self.closed_reason is None:
+                self.closed_reason = verdict.reason
+            return self._idle(verdict.reason)
+        number = self._next_number(verdict.admission is Admission.ADMIT)
+        if number is None:
+            return self._idle()
+        spot = None
+        if self.placement is not None and self.placement.active:
+            spot, reason = self.placement.choose()
+            if reason is not None:
+                self._cannot_place(reason)
+                return self._idle(reason)
+            if spot is None:
+                return WAIT  # waiting for a spot node
+        return self._hand_out(number, spot)
+
+    def _next_number(self, admitted: bool) -> int | None:
+        """The trial to start (-1 for a new one), or None; queued restarts go first and
+        do not wait for admission (their money was committed when they first started)."""
+        if self.queue:
+            return self.queue[0]
+        if not admitted:
+            return None
+        waiting = self.trials.in_state(TrialState.PAUSED)
+        if waiting:
+            pick = self.policy.pick_resume(waiting)
+            if pick is not None:
+                return pick
+        return -1 if self.new_left > 0 else None
+
+    def _hand_out(self, number: int, spot: bool | None) -> Start:
+        if number == -1:
+            number, params, seed = self.study.ask()
+            self.new_left -= 1
+            record = self.trials.move(number, Event.ADMITTED, TrialState.PENDING)
+            kind = StartKind.NEW
+        else:
+            if self.queue and self.queue[0] == number:
+                self.queue.popleft()
+            record = self.trials.get(number)
+            if record is not None and record.state is not TrialState.PENDING:
+                self.trials.move(number, Event.RESUMED, TrialState.PENDING)
+            params, seed = self.study.resume(number)
+            kind = StartKind.RESUME
+        record = self.trials.get(number)
+        record.spot = spot
+        record.stop = record.exit = None
+        self.live.add(number)
+        self.accountant.trial_admitted(number)
+        return Start(kind, number, params, seed, spot)
+
+    def _idle(self, reason: str = "") -> Start:
+        kind = StartKind.WAIT if self.live else StartKind.FINISHED
+        return Start(kind, reason=reason)
+
+    def _cannot_place(self, reason: str) -> None:
+        """No node of the required kind: queued trials fail, no new trial starts."""
+        while self.queue:
+            waiting = self.queue.popleft()
+            self._finish(self.trials.get(waiting), Event.FAILED, TrialState.FAILED,
+                         error=reason)
+        self.new_left = 0
+        if self.closed_reason is None:
+            self.closed_reason = reason
+
+    def started(self, number: int, node: str | None = None) -> None:
+        """A process took trial ``number`` (on ``node``): billing starts."""
+        record = self.trials.move(number, Event.STARTED, TrialState.RUNNING)
+        record.attempts += 1
+        if node is not None:
+            record.node = node
+        self.accountant.trial_started(number)
+        self.policy.on_start(number)
+
+    # -- a running trial --------------------------------------------------------------
+
+    def reported(self, report: EpochReport) -> Decision:
+        """An epoch ended: record it, bill it, then let the budget and the policy decide.
+
+        A resumed process re-sends epochs its checkpoint already holds: they are neither
+        recorded nor decided again.
+        """
+        number, epoch = report.number, report.epoch
+        record = self.trials.move(number, Event.REPORTED, TrialState.RUNNING)
+        for past, value in report.history:
+            # Epochs a stopped driver never recorded, restored from the checkpoint.
+            if past not in record.history and past < epoch:
+                self.study.record_epoch(EpochReport(number, past, value, 0.0))
+                record.history[past] = value
+        new = epoch not in record.history
+        if new:
+            self.study.record_epoch(report)
+            record.history[epoch] = report.value
+        if epoch >= record.epoch:
+            record.epoch, record.value = epoch, record.history[epoch]
+        record.checkpoint_epoch = (epoch if report.checkpointed
+                                   else max(record.checkpoint_epoch, report.checkpoint_epoch))
+        self._bill(record, report)
+        if record.stop is not None:
+            return Decision.PAUSE if record.exit is TrialState.PAUSED else Decision.STOP
+        last = epoch >= self.max_epochs
+        reason = None if last else (self.accountant.run_stop_reason()
+                                    or self.accountant.trial_stop_reason(number, epoch))
+        if reason is not None:
+            self._stop(record, BUDGET, reason, None, TrialState.BUDGET_STOPPED)
+            return Decision.STOP
+        if not new:
+            return Decision.CONTINUE
+        # The policy sees the last epoch too (its curves end there), but the trial's
+        # natural end is no prune.
+        verdict = self.policy.on_result(number, epoch, report.value)
+        if last:
+            return Decision.CONTINUE
+        if verdict.decision is Decision.STOP:
+            self._stop(record, self.policy.name, verdict.reason, verdict.predicted_final,
+                       TrialState.PRUNED)
+        elif verdict.decision is Decision.PAUSE:
+            self._stop(record, self.policy.name, verdict.reason, verdict.predicted_final,
+                       TrialState.PAUSED)
+        return verdict.decision
+
+    def _bill(self, record: TrialRecord, report: EpochReport) -> None:
+        """Bill the epoch at its node's price and mirror the trial's money into the study."""
+        if report.node:
+            record.node = report.node
+            if self.placement is not None:
+                self.accountant.trial_placed(record.number,
+                                             self.placement.price_for_node(report.node))
+        self.accountant.trial_reported(record.number, report.epoch, report.epoch_s,
+                                       report.startup_s, report.checkpointed)
+        self.study.set_attrs(record.number, self._money(record.number))
+
+    def _stop(self, record: TrialRecord, policy: str, reason: str,
+              predicted: float | None, exit_state: TrialState) -> None:
+        saved = self.accountant.cost_to_finish(record.number, record.epoch)
+        record.stop = StopRecord(policy, record.epoch, reason, predicted, saved)
+        record.exit = exit_state
+        attrs: dict[str, Any] = {keys.ATTR_STOP_REASON: f"{policy}: {reason}"}
+        if predicted is not None:
+            attrs[keys.ATTR_PREDICTED_FINAL] = predicted
+        if saved is not None:
+            attrs[keys.ATTR_SAVED_COST] = saved
+        self.study.set_attrs(record.number, attrs)
+
+    # -- a process is gone ------------------------------------------------------------
+
+    def ended(self, number: int) -> TrialState:
+        """Trial ``number``'s process ended without an error; return its new state."""
+        record = self.trials.check(number, Event.ENDED)
+        self.live.discard(number)
+        self.accountant.trial_ended(number, STOPPED if record.stop is not None else DONE)
+        metric_error = None
+        if record.value is None:
+            state, metric_error = TrialState.FAILED, "trial ended without reporting an epoch"
+        elif record.exit is not None:
+            state = record.exit
+        elif math.isnan(record.value):
+            state, metric_error = TrialState.FAILED, "final objective is NaN"
+        else:
+            state = TrialState.COMPLETE
+        if state is TrialState.PAUSED:
+            # It stays unfinished in the study (it may resume), marked as paused.
+            self.trials.move(number, Event.ENDED, state)
+            self.study.set_attrs(number, {**self._money(number), keys.ATTR_EPOCHS: record.epoch,
+                                          keys.ATTR_LIFECYCLE: state.value})
+            self.policy.on_end(number, record.epoch, state)
+            self.listener.trial_finished(record)
+            return state
+        self._finish(record, Event.ENDED, state, error=metric_error)
+        return state
+
+    def preempted(self, number: int, reason: str, saved: bool = False) -> TrialState:
+        """Trial ``number``'s process or node was taken back.
+
+        Args:
+            number: The trial.
+            reason: What took it (a notice, SIGTERM, a lost node, a simulated kill).
+            saved: It checkpointed everything it trained before it went (a notice).
+
+        Returns:
+            PREEMPTED (it waits to resume from its checkpoint, first in the queue) or
+            FAILED (more preemptions than ``preemption.max_restarts``).
+        """
+        record = self.trials.check(number, Event.PREEMPTED)
+        self.live.discard(number)
+        if record.preemptions + 1 > self.max_restarts:
+            self.accountant.trial_ended(number, PREEMPTED, saved)
+            self._finish(record, Event.PREEMPTED, TrialState.FAILED,
+                         error=f"preempted more than preemption.max_restarts times ({reason})")
+            return TrialState.FAILED
+        record.preemptions += 1
+        if saved:
+            record.checkpoint_epoch = record.epoch
+        self.accountant.trial_ended(number, PREEMPTED, saved)
+        self.trials.move(number, Event.PREEMPTED, TrialState.PREEMPTED)
+        self.study.set_attrs(number, {keys.ATTR_PREEMPTIONS: record.preemptions,
+                                      **self._money(number)})
+        self.policy.on_end(number, record.epoch, TrialState.PREEMPTED)
+        self.queue.append(number)
+        self.listener.trial_requeued(record, f"preempted ({reason})")
+        return TrialState.PREEMPTED
+
+    def failed(self, number: int, error: str, setup: bool = False) -> TrialState:
+        """Trial ``number``'s process raised or died with ``error``.
+
+        A setup error (the trainable breaks its contract) would fail every trial the same
+        way: it aborts the session. Otherwise the trial is retried from its checkpoint
+        while ``search.max_failures`` allows, else FAILED.
+        """
+        record = self.trials.check(number, Event.FAILED)
+        self.live.discard(number)
+        if setup:
+            if self.abort_reason is None:
+                self.abort_reason = error
+        elif record.failures + 1 <= self.max_failures:
+            record.failures += 1
+            self.accountant.trial_ended(number, FAILED)
+            self.trials.move(number, Event.FAILED, TrialState.PENDING)
+            self.study.set_attrs(number, {keys.ATTR_FAILURES: record.failures,
+                                          **self._money(number)})
+            self.policy.on_end(number, record.epoch, TrialState.PENDING)
+            self.queue.append(number)
+            self.listener.trial_requeued(record, f"failed ({error})")
+            return TrialState.PENDING
+        self.accountant.trial_ended(number, FAILED)
+        self._finish(record, Event.FAILED, TrialState.FAILED, error=error)
+        return TrialState.FAILED
+
+    def moved(self, number: int, reason: str, requeue: bool) -> TrialState:
+        """Trial ``number`` was taken off a worker queue before it ran (its node kind is
+        gone): queued again to run elsewhere (``requeue``), or FAILED with ``reason``."""
+        record = self.trials.check(number, Event.FAILED)
+        self.live.discard(number)
+        self.accountant.trial_ended(number, STOPPED)
+        if requeue:
+            self.queue.appendleft(number)
+            self.listener.trial_requeued(record, reason)
+            return TrialState.PENDING
+        self._finish(record, Event.FAILED, TrialState.FAILED, error=reason)
+        return TrialState.FAILED
+
+    def _finish(self, record: TrialRecord, event: Event, state: TrialState,
+                error: str | None = None) -> None:
+        """Move ``record`` to a finished ``state`` and tell the study and the listener
+        (its billing already ended)."""
+        self.trials.move(record.number, event, state)
+        record.error = error
+        attrs = {**self._money(record.number), keys.ATTR_EPOCHS: record.epoch,
+                 keys.ATTR_LIFECYCLE: state.value}
+        if error is not None:
+            attrs[keys.ATTR_ERROR] = error[:2000]
+        value = record.value if state is TrialState.COMPLETE else None
+        self.study.finish(record.number, state, value, attrs)
+        self.policy.on_end(record.number, record.epoch, state)
+        self.listener.trial_finished(record)
+
+    def _money(self, number: int) -> dict[str, Any]:
+        money = self.accountant.ledger.trial_money(number, self.clock())
+        return {} if money is None else money.attrs()
+
+    # -- the session ends -------------------------------------------------------------
+
+    def close(self) -> list[int]:
+        """Settle the trials that wait when the session ends; return the ones still
+        running (an interrupted session: they resume with the next one).
+
+        Paused trials nobody resumed are PRUNED with their reason; trials queued to
+        start again when the budget closed are BUDGET_STOPPED.
+        """
+        reason = self.closed_reason or "the session ended"
+        for number in self.trials.in_state(TrialState.PAUSED):
+            record = self.trials.get(number)
+            self._finish(record, Event.CLOSED, TrialState.PRUNED)
+        while self.queue:
+            record = self.trials.get(self.queue.popleft())
+            if record.state.waiting and record.number not in self.live:
+                if record.stop is None:
+                    record.stop = StopRecord(BUDGET, record.epoch, reason)
+                    self.study.set_attrs(record.number, {
+                        keys.ATTR_STOP_REASON: f"{BUDGET}: {reason}"})
+                self._finish(record, Event.CLOSED, TrialState.BUDGET_STOPPED)
+        return sorted(self.live)
+
+    # -- what the session shows -------------------------------------------------------
+
+    def record(self, number: int) -> TrialRecord | None:
+        return self.trials.get(number)
+
+    def counts(self) -> dict[TrialState, int]:
+        """Trials per state."""
+        out: dict[TrialState, int] = {}
+        for record in self.trials.trials.values():
+            out[record.state] = out.get(record.state, 0) + 1
+        return out
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the session stopped before its trials were all run, or None."""
+        return self.accountant.run_stop_reason() or self.closed_reason
