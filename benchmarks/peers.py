@@ -22,6 +22,9 @@ from hpsearch.policy import NoPruning
 
 __all__ = ["IEpoch", "NoPruning", "make", "PEERS"]
 
+#: The objective of the benchmark's curves.
+METRIC = "val_accuracy"
+
 
 class IEpoch(NoPruning):
     """i-Epoch: every configuration trains ``k`` epochs and pauses; once all have, the
@@ -74,7 +77,7 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
 
         grace = int(policy.rsplit("g", 1)[1]) if policy.startswith("ray-asha-g") else 1
         return AshaPolicy(mode, max_epochs, grace_period=grace, reduction_factor=3,
-                          name=policy)
+                          name=policy, metric=METRIC)
     if policy.startswith("optuna-"):
         return _optuna(policy, max_epochs, seed, mode)
     if policy == "cost_aware":
@@ -96,7 +99,8 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str):
                                                 reduction_factor=3)
     else:
         raise ValueError(f"unknown policy {policy!r}")
-    return OptunaPolicy(policy, pruner, mode=mode, seed=seed)
+    return OptunaPolicy(policy, pruner, mode=mode, seed=seed, max_epochs=max_epochs,
+                        metric=METRIC)
 
 
 def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,

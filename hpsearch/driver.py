@@ -28,7 +28,8 @@ from hpsearch import config as config_mod
 from hpsearch import keys
 from hpsearch.budget import fmt_money
 from hpsearch.errors import ConfigError, HpsearchError
-from hpsearch.ledger import FAILED, PREEMPTED
+from hpsearch.core.lifecycle import TrialState
+from hpsearch.ledger import FAILED
 from hpsearch.progress import Progress, top_table
 
 log = logging.getLogger("hpsearch")
@@ -364,8 +365,40 @@ def run(
 LEDGER_FILE = "ledger.jsonl"
 
 
+def trial_spec(config: config_mod.Config, run_path: Path, price) -> Any:
+    """What every trial process of this run is sent (see ``runner.TrialSpec``)."""
+    from hpsearch.adapters import runner
+
+    preemption = config.preemption
+    rate = preemption.rate_per_hour
+    if rate is None:
+        rate = preemption.simulate.rate_per_hour
+    return runner.TrialSpec(
+        trainable=config.trainable,
+        metric=config.objective.metric,
+        max_epochs=config.max_epochs,
+        cpu=config.resources.cpu,
+        gpu=config.resources.gpu,
+        devices=config.resources.processes,
+        log_dir=str(run_path / "logs"),
+        price_per_hour=price.per_hour,
+        checkpoint_dir=str(run_path / "checkpoints"),
+        mode=config.objective.mode,
+        keep_last=config.checkpoint.keep_last,
+        every_epochs=config.checkpoint.every_epochs,
+        mtbp_s=3600.0 / rate if rate else None,
+        notice_url=preemption.notice_url,
+        notice_poll_s=preemption.notice_poll_s,
+        grace_s=preemption.grace_s,
+        oom_ladder=config.oom.ladder,
+        oom_min_batch_size=config.oom.min_batch_size,
+        oom_batch_param=config.oom.batch_size_param,
+    )
+
+
 class _Session:
-    """One invocation of ``run`` on a run dir: wires the adapters and runs the Tuner."""
+    """One invocation of ``run`` on a run dir: builds the core, wires the Ray adapters
+    around it and runs the Tuner."""
 
     def __init__(self, config, run_path: Path, url: str, price, ledger,
                  out: Callable[[str], None], backend):
@@ -386,54 +419,87 @@ class _Session:
 
         from hpsearch.adapters.study import StudyRecorder
 
-        config, out = self.config, self.out
+        config = self.config
         (self.run_path / "space.yaml").write_text(
             yaml.safe_dump(config.to_dict(), sort_keys=False))
         recorder = StudyRecorder(config, self.url)
         try:
             recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
-            orphans = recorder.unfinished_numbers()
+            # Intervals a stopped driver left open end at their last event.
             self.accountant.ledger.close_all(self.backend.clock(), FAILED, at_last_event=True)
-            done_before = recorder.finished_count()
-            new_trials = max(0, config.search.n_trials - done_before - len(orphans))
-            if continuing and (done_before or orphans):
-                out(f"Continuing study '{config.name}' in {display_path(self.run_path)}: "
-                    f"{done_before} trial(s) finished, "
-                    f"{fmt_money(self.accountant.spent(), self.price.currency)} spent"
-                    + (f"; resuming {len(orphans)} unfinished trial(s) "
-                       f"({', '.join(map(str, orphans))}) from their checkpoints"
-                       if orphans else ""))
-            if new_trials + len(orphans) == 0:
-                out(f"The study already has {done_before} finished trial(s) >= "
-                    f"search.n_trials ({config.search.n_trials}); raise it with "
-                    f"--set search.n_trials=N to run more.")
-            else:
-                self._fit(recorder, new_trials, orphans, concurrency, progress_interval_s)
+            self._fit(recorder, continuing, concurrency, progress_interval_s)
             return self._summarise(recorder)
         finally:
             recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
             recorder.close()
 
-    def _fit(self, recorder, new_trials: int, restarts: list[int], concurrency: int,
+    def _core(self, recorder, progress: Progress):
+        """The search core of this session, rebuilt from the study."""
+        import ray
+
+        from hpsearch.adapters.policies import build_policy
+        from hpsearch.core.placement import Placement
+        from hpsearch.core.search import SearchCore
+        from hpsearch.progress import SessionListener
+
+        config = self.config
+        placement = Placement(config, self.price, ray.nodes)
+        core = SearchCore(
+            study=recorder, accountant=self.accountant,
+            policy=build_policy(config, recorder, self.accountant), max_epochs=config.max_epochs,
+            new_trials=0, max_failures=config.search.max_failures,
+            max_restarts=config.preemption.max_restarts, placement=placement,
+            listener=SessionListener(progress, lambda line: log.warning("%s", line)),
+            clock=self.backend.clock)
+        histories = recorder.histories()
+        orphans = core.restore(histories)
+        known = len(histories)
+        core.new_left = max(0, config.search.n_trials - known)
+        return core, placement, orphans, known - len(orphans)
+
+    def _fit(self, recorder, continuing: bool, concurrency: int,
              progress_interval_s: float) -> None:
-        from ray import tune
+        from hpsearch.adapters.ray_tune import Attempts
 
-        from hpsearch.adapters import runner
-        from hpsearch.adapters.ray_progress import ProgressCallback
-        from hpsearch.adapters.ray_scheduler import build_scheduler
-        from hpsearch.adapters.ray_nodes import Placement
-        from hpsearch.adapters.ray_preemption import PreemptionCallback
-        from hpsearch.adapters.ray_search import AbortStopper, StudyCallback, StudySearcher
-        from hpsearch.checkpoint import CheckpointStore
-        from hpsearch.decisions import StopRecord
-        from hpsearch.preemption import SimulatedPreemptions
+        config, out, price = self.config, self.out, self.price
+        progress = Progress(config.objective.metric, 0, out, time.monotonic,
+                            progress_interval_s,
+                            spent=lambda: fmt_money(self.accountant.spent(), price.currency))
+        progress.tally.mode = config.objective.mode
+        core, placement, orphans, done_before = self._core(recorder, progress)
+        paused = core.trials.in_state(TrialState.PAUSED)
+        if continuing and (done_before or orphans):
+            out(f"Continuing study '{config.name}' in {display_path(self.run_path)}: "
+                f"{done_before - len(paused)} trial(s) finished, "
+                f"{fmt_money(self.accountant.spent(), price.currency)} spent"
+                + (f"; resuming {len(orphans)} unfinished trial(s) "
+                   f"({', '.join(map(str, orphans))}) from their checkpoints"
+                   if orphans else "")
+                + (f"; {len(paused)} paused" if paused else ""))
+        remaining = core.new_left + len(orphans)
+        if remaining == 0 and not paused:
+            out(f"The study already has {done_before} finished trial(s) >= "
+                f"search.n_trials ({config.search.n_trials}); raise it with "
+                f"--set search.n_trials=N to run more.")
+            return
+        progress.n_trials = remaining
+        self._announce(concurrency, remaining)
+        attempts = Attempts()
+        tuner = self._tuner(core, recorder, placement, attempts, progress, concurrency)
+        stdout, sys.stdout = sys.stdout, _WorkerDeathNotices(sys.stdout)
+        try:
+            tuner.fit()
+        finally:
+            sys.stdout = stdout
+        out(progress.status())
+        self._close(core)
 
+    def _announce(self, concurrency: int, remaining: int) -> None:
         config, out, price = self.config, self.out, self.price
         budget = config.budget
         limits = ", ".join(f"{name} {value:g}" for name, value in (
             ("max_cost", budget.max_cost), ("max_cost_per_trial", budget.max_cost_per_trial),
             ("max_wall_s", budget.max_wall_s)) if value is not None) or "none"
-        remaining = new_trials + len(restarts)
         out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
             f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
         out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
@@ -444,91 +510,50 @@ class _Session:
             f"{display_url(self.url, self.run_path)}")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
-        progress = Progress(config.objective.metric, remaining, out, time.monotonic,
-                            progress_interval_s,
-                            spent=lambda: fmt_money(self.accountant.spent(), price.currency))
-        progress.tally.mode = config.objective.mode
 
-        def ended(number, state, last_result, error):
-            last = last_result or {}
-            progress.trial_ended(number, state.name, int(last.get(keys.EPOCH, 0)),
-                                 last.get(config.objective.metric), error)
-            if error:
-                log.warning("trial %s failed: %s", number, error)
+    def _tuner(self, core, recorder, placement, attempts, progress, concurrency: int):
+        """The Tuner: the core behind a searcher, a scheduler and a callback."""
+        from ray import tune
 
-        def restarted(number, outcome, reason, last_result):
-            # An attempt killed before it reported has no result: ask the study and the
-            # trial's checkpoints instead.
-            epoch = int(last_result.get(keys.EPOCH, 0)
-                        or recorder.attr(number, keys.ATTR_EPOCHS, 0) or 0)
-            entries = CheckpointStore(checkpoints / runner.trial_name(number)).entries()
-            kept = entries[-1].epoch if entries else 0
-            if outcome == "moved":
-                out(f"  trial {number}: {reason}")
-                log.warning("trial %s: %s", number, reason)
-                return
-            what = "preempted" if outcome == PREEMPTED else "failed"
-            out(f"  trial {number} {what} after epoch {epoch} ({reason}); restarting from "
-                f"its checkpoint at epoch {kept}")
-            log.warning("trial %s %s after epoch %s: %s", number, what, epoch, reason)
+        from hpsearch.adapters import runner
+        from hpsearch.adapters.ray_preemption import PreemptionCallback
+        from hpsearch.adapters.ray_tune import (AbortStopper, CoreCallback, CoreScheduler,
+                                                CoreSearcher)
+        from hpsearch.checkpoint import CheckpointStore
+        from hpsearch.preemption import SimulatedPreemptions
 
+        config = self.config
+        metric, mode = config.objective.metric, config.objective.mode
+        checkpoints = self.run_path / "checkpoints"
         preemption = config.preemption
         simulated = SimulatedPreemptions(preemption.simulate.rate_per_hour,
                                          preemption.simulate.at, config.search.seed)
-        preemption_cb = None
+        injector = None
         if simulated.rate_per_hour > 0 or simulated.at:
-            preemption_cb = PreemptionCallback(simulated, recorder, preemption.simulate.signal)
-        checkpoints = self.run_path / "checkpoints"
-        import ray
+            injector = PreemptionCallback(simulated, attempts.number, preemption.simulate.signal)
 
-        placement = Placement(config, price, ray.nodes)
-        searcher = StudySearcher(recorder, self.accountant, config.objective.metric,
-                                 config.objective.mode, new_trials, restarts, placement)
-        study_cb = StudyCallback(
-            recorder, self.accountant, searcher,
-            max_failures=config.search.max_failures, max_restarts=preemption.max_restarts,
-            store_for=lambda n: CheckpointStore(checkpoints / runner.trial_name(n)),
-            preemptions=preemption_cb, placement=placement, on_end=ended,
-            on_restart=restarted)
-        rate = preemption.rate_per_hour
-        if rate is None:
-            rate = preemption.simulate.rate_per_hour
-        spec = runner.TrialSpec(
-            trainable=config.trainable,
-            metric=config.objective.metric,
-            max_epochs=config.max_epochs,
-            cpu=config.resources.cpu,
-            gpu=config.resources.gpu,
-            devices=config.resources.processes,
-            log_dir=str(self.run_path / "logs"),
-            price_per_hour=price.per_hour,
-            checkpoint_dir=str(checkpoints),
-            mode=config.objective.mode,
-            keep_last=config.checkpoint.keep_last,
-            every_epochs=config.checkpoint.every_epochs,
-            mtbp_s=3600.0 / rate if rate else None,
-            notice_url=preemption.notice_url,
-            notice_poll_s=preemption.notice_poll_s,
-            grace_s=preemption.grace_s,
-            oom_ladder=config.oom.ladder,
-            oom_min_batch_size=config.oom.min_batch_size,
-            oom_batch_param=config.oom.batch_size_param,
-        )
+        def note(number: int, trial_id: str) -> str | None:
+            found = CheckpointStore(checkpoints / runner.trial_name(number)).preempted(trial_id)
+            if not found:
+                return None
+            return f"{found.get('reason', 'preempted')} at epoch {found.get('epoch')}"
+
+        spec = trial_spec(config, self.run_path, self.price)
         trainable = tune.with_resources(
             tune.with_parameters(self.backend.trainable(spec), spec=spec),
             placement.resources({"cpu": config.resources.cpu, "gpu": config.resources.gpu}),
         )
         tune_dir = self.run_path / "tune"
-        tuner = tune.Tuner(
+        callback = CoreCallback(core, attempts, note, injector, progress.tick)
+        return tune.Tuner(
             trainable,
             param_space={},
             tune_config=tune.TuneConfig(
-                metric=config.objective.metric,
-                mode=config.objective.mode,
-                search_alg=searcher,
-                scheduler=build_scheduler(config, recorder, self.accountant, placement),
-                # Restarts are new Ray trials of the same Optuna trial: the searcher,
-                # not this count, says when the session is done.
+                metric=metric, mode=mode,
+                search_alg=CoreSearcher(core, attempts, metric, mode, recorder.set_attrs),
+                scheduler=CoreScheduler(core, attempts, metric, placement),
+                # Restarts are new Ray trials of the same study trial: the core, not
+                # this count, says when the session is done.
                 num_samples=1_000_000,
                 max_concurrent_trials=concurrency,
                 reuse_actors=True,
@@ -539,33 +564,27 @@ class _Session:
                 storage_path=str(tune_dir),
                 verbose=0,
                 log_to_file=True,
-                stop=AbortStopper(study_cb),
-                callbacks=[study_cb, ProgressCallback(progress), *self.backend.callbacks(),
-                           *([preemption_cb] if preemption_cb else [])],
-                # hpsearch restarts trials itself (StudyCallback): a preemption must not
-                # use up a failure retry, and checkpoints live in the run dir.
+                stop=AbortStopper(core),
+                callbacks=[callback, *self.backend.callbacks(),
+                           *([injector] if injector else [])],
+                # The core restarts trials itself: a preemption must not use up a
+                # failure retry, and checkpoints live in the run dir.
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
-        stdout, sys.stdout = sys.stdout, _WorkerDeathNotices(sys.stdout)
-        try:
-            tuner.fit()
-        finally:
-            sys.stdout = stdout
-        out(progress.status())
-        leftover = recorder.unfinished()
+
+    def _close(self, core) -> None:
+        """End the session in the core; raise if it was aborted or interrupted."""
+        interrupted = core.abort_reason is None and bool(core.live)
+        if core.abort_reason:
+            for number in sorted(core.live):
+                core.failed(number, "run aborted", setup=True)
+        leftover = core.close(interrupted=interrupted)
         self.accountant.ledger.close_all(self.backend.clock(), FAILED)
-        self.stop_reason = self.accountant.run_stop_reason() or searcher.closed_reason
-        if study_cb.abort_reason:
-            for trial_id in leftover:
-                recorder.fail(trial_id, "run aborted")
-            raise RunAborted(study_cb.abort_reason)
-        for number in searcher.restarts:  # the budget closed before they could restart
-            recorder.prune_waiting(number, StopRecord("budget", 0, self.stop_reason or
-                                                      "the session ended"))
-        if leftover:
-            for trial_id in leftover:
-                recorder.detach(trial_id)
+        self.stop_reason = core.stop_reason
+        if core.abort_reason:
+            raise RunAborted(core.abort_reason)
+        if interrupted:
             raise RunInterrupted(
                 f"interrupted: {len(leftover)} unfinished trial(s) will resume from their "
                 f"checkpoints: run the same command again (or python -m hpsearch resume "

@@ -33,6 +33,7 @@ class Tally:
     complete: int = 0
     pruned: int = 0
     failed: int = 0
+    paused: int = 0
     best_value: float | None = None
     best_number: int | None = None
 
@@ -44,6 +45,8 @@ class Tally:
                 self.best_value, self.best_number = value, number
         elif state == "PRUNED":
             self.pruned += 1
+        elif state == "PAUSED":
+            self.paused += 1
         else:
             self.failed += 1
 
@@ -137,3 +140,40 @@ def top_table(rows: Sequence[dict[str, Any]], metric: str, params: Iterable[str]
         for r in rows[:limit]
     ]
     return text_table(header, body)
+
+
+class SessionListener:
+    """What the search core tells the user as it happens (a core ``Listener``).
+
+    One line per trial that finishes (or is paused), one per trial that will start again
+    (preempted, retried, moved to another node kind), into :class:`Progress`.
+
+    Args:
+        progress: The session's progress lines.
+        log: Also told each line's substance (the driver log), or None.
+    """
+
+    #: How each final lifecycle state is counted and named.
+    COUNTED = {"complete": "COMPLETE", "pruned": "PRUNED", "budget_stopped": "PRUNED",
+               "failed": "FAIL", "paused": "PAUSED"}
+
+    def __init__(self, progress: Progress, log: Callable[[str], None] | None = None):
+        self.progress = progress
+        self.log = log or (lambda line: None)
+
+    def trial_finished(self, record: Any) -> None:
+        state = record.state.value
+        self.progress.trial_ended(record.number, self.COUNTED.get(state, state.upper()),
+                                  record.epoch, record.value, record.error)
+        if record.error:
+            self.log(f"trial {record.number} failed: {record.error}")
+
+    def trial_requeued(self, record: Any, event: Any, reason: str) -> None:
+        kind = getattr(event, "value", str(event))
+        if kind in ("preempted", "failed"):
+            line = (f"  trial {record.number} {kind} after epoch {record.epoch} ({reason}); "
+                    f"restarting from its checkpoint at epoch {record.checkpoint_epoch}")
+        else:
+            line = f"  trial {record.number}: {reason}"
+        self.progress.emit(line)
+        self.log(line.strip())

@@ -21,6 +21,11 @@ _METRIC = "objective"
 _EPOCH = "epoch"
 
 
+def stopped_at(epoch: int, max_epochs: int, metric: str, value: float) -> str:
+    """The stop reason of a library pruner (they give none of their own)."""
+    return f"stopped at epoch {epoch}/{max_epochs} with {metric}={value!r}"
+
+
 class AshaPolicy:
     """Ray Tune's ``ASHAScheduler`` (asynchronous successive halving).
 
@@ -33,13 +38,15 @@ class AshaPolicy:
         grace_period: Epochs before the first rung.
         reduction_factor: Keep 1/reduction_factor at each rung.
         name: Its name in stop records.
+        metric: The objective's name, for stop records.
     """
 
     def __init__(self, mode: str, max_epochs: int, grace_period: int = 1,
-                 reduction_factor: float = 3, name: str = "asha"):
+                 reduction_factor: float = 3, name: str = "asha", metric: str = "objective"):
         from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
         self.name = name
+        self.metric = metric
         self._stop = TrialScheduler.STOP
         self.max_epochs = max_epochs
         self.asha = ASHAScheduler(time_attr=_EPOCH, metric=_METRIC, mode=mode,
@@ -70,8 +77,7 @@ class AshaPolicy:
                                            {_EPOCH: epoch, _METRIC: value})
         if action != self._stop:
             return CONTINUE
-        return Verdict(Decision.STOP, f"below its ASHA rung at epoch {epoch}/"
-                                      f"{self.max_epochs} (objective {value:.4g})")
+        return Verdict(Decision.STOP, stopped_at(epoch, self.max_epochs, self.metric, value))
 
     def on_end(self, number: int, epoch: int, state: TrialState) -> None:
         if not state.waiting:
@@ -94,12 +100,16 @@ class OptunaPolicy:
         mode: ``max`` or ``min`` (for the in-memory study).
         seed: Names the in-memory study (``HyperbandPruner`` assigns brackets by hashing
             the study name).
+        max_epochs: Epochs of a full trial, and ``metric`` the objective's name: for
+            stop records.
     """
 
     def __init__(self, name: str, pruner: Any,
                  source: Callable[[int], tuple[Any, Any]] | None = None,
-                 mode: str = "max", seed: int = 0):
+                 mode: str = "max", seed: int = 0, max_epochs: int = 0,
+                 metric: str = "objective"):
         self.name = name
+        self.max_epochs, self.metric = max_epochs, metric
         self.pruner = pruner
         self.source = source
         self._own = None
@@ -141,8 +151,7 @@ class OptunaPolicy:
             prune = self.pruner.prune(study, frozen)
         if not prune:
             return CONTINUE
-        return Verdict(Decision.STOP, f"pruned by Optuna's {type(self.pruner).__name__} "
-                                      f"at epoch {epoch} (objective {value:.4g})")
+        return Verdict(Decision.STOP, stopped_at(epoch, self.max_epochs, self.metric, value))
 
     def on_end(self, number: int, epoch: int, state: TrialState) -> None:
         if self._own is None or state.waiting or number not in self._trials:

@@ -19,7 +19,6 @@ from typing import Any
 from ray.tune import Callback
 
 from hpsearch import keys
-from hpsearch.adapters.study import StudyRecorder
 from hpsearch.preemption import SimulatedPreemptions
 
 log = logging.getLogger(__name__)
@@ -30,21 +29,20 @@ class PreemptionCallback(Callback):
 
     Args:
         simulated: The seeded schedule.
-        recorder: Maps Ray trials to study numbers.
+        number_of: Maps a Ray trial id to its study trial number (None if unknown).
         kill_signal: ``term`` or ``kill``.
     """
 
-    def __init__(self, simulated: SimulatedPreemptions, recorder: StudyRecorder,
-                 kill_signal: str):
+    def __init__(self, simulated: SimulatedPreemptions, number_of, kill_signal: str):
         self.simulated = simulated
-        self.recorder = recorder
+        self.number_of = number_of
         self.signal = signal.SIGTERM if kill_signal == "term" else signal.SIGKILL
         self.attempts: dict[int, int] = {}
         self.due: dict[str, float] = {}
         self.killed: dict[str, str] = {}
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        number = self.recorder.number(trial.trial_id)
+        number = self.number_of(trial.trial_id)
         if number is None:
             return
         self.attempts[number] = self.attempts.get(number, 0) + 1
@@ -60,7 +58,7 @@ class PreemptionCallback(Callback):
                 self._kill(trial, "simulated preemption (rate)")
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-        number = self.recorder.number(trial.trial_id)
+        number = self.number_of(trial.trial_id)
         epoch = int(result.get(keys.EPOCH, 0))
         if number is not None and self.simulated.scripted(number, epoch):
             self._kill(trial, f"simulated preemption after epoch {epoch}")
@@ -74,9 +72,12 @@ class PreemptionCallback(Callback):
         try:
             os.kill(int(pid), self.signal)
             log.info("%s: killed pid %s of trial %s (%s)", reason, pid,
-                     self.recorder.number(trial.trial_id), self.signal.name)
+                     self.number_of(trial.trial_id), self.signal.name)
         except ProcessLookupError:
             self.killed.pop(trial.trial_id, None)
+
+    def __getstate__(self) -> dict:
+        return {}  # Tune pickles its callbacks; hpsearch never restores from them
 
     def was_killed(self, trial_id: str) -> str | None:
         """The reason if this callback preempted the attempt (asked once)."""

@@ -1,9 +1,10 @@
 """The Optuna bridge: the study is the system of record of every trial.
 
-:class:`StudyRecorder` owns the mapping between Ray Tune trial ids and Optuna trials and
-is the only writer of the study: it asks for configurations, reports one intermediate
-value per epoch (a resumed trial re-sends epochs; duplicates are dropped), and tells the
-final state: COMPLETE, PRUNED (stopped by a pruning policy, with the reason) or FAIL
+:class:`StudyRecorder` is the only writer of the study and the search core's
+:class:`~hpsearch.core.ports.StudyPort`: it asks for configurations, reports one
+intermediate value per epoch (a resumed trial re-sends epochs; duplicates are dropped),
+keeps each trial's facts as user attributes, and tells the final state the core decided:
+COMPLETE, PRUNED (stopped by a pruning policy or the budget, with the reason) or FAIL
 (with the error text). Ray's own ``OptunaSearch`` is not used: it records stopped trials
 as COMPLETE and cannot be restored safely.
 """
@@ -14,14 +15,15 @@ import logging
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpsearch import gpuuse, keys
 from hpsearch.config import Config
-from hpsearch.decisions import StopRecord
+from hpsearch.core.lifecycle import TrialState as TState
+from hpsearch.core.ports import EpochReport, TrialHistory
 from hpsearch.errors import ConfigError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -78,25 +80,32 @@ def check_compatible(previous: dict[str, Any], config: Config) -> None:
 
 
 @dataclass
-class _Live:
-    trial: optuna.trial.Trial
+class _Handle:
+    """The study's side of one trial this session writes to."""
+
+    trial_id: int
     steps: set[int] = field(default_factory=set)
     resumed_from: list[int] = field(default_factory=list)
-    last_epoch: int = 0
-    last_value: float | None = None
-    stop: StopRecord | None = None
-    node: str | None = None
+    epoch_times: list[float] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     oom_steps: list[str] = field(default_factory=list)
     gpu_ids: str | None = None
     gpu_uses: dict[str, gpuuse.GpuUse] = field(default_factory=dict)
 
 
-class StudyRecorder:
-    """Creates or continues the run's study and writes every trial into it.
+#: How each lifecycle state that ends a trial is told to Optuna.
+_TOLD = {TState.COMPLETE: TrialState.COMPLETE, TState.PRUNED: TrialState.PRUNED,
+         TState.BUDGET_STOPPED: TrialState.PRUNED, TState.FAILED: TrialState.FAIL}
 
-    Thread-safe: Ray Tune calls the searcher, the scheduler and callbacks from its
-    controller thread, but a lock keeps the mapping consistent if that ever changes.
+
+class StudyRecorder:
+    """Creates or continues the run's study and writes every trial into it: the
+    :class:`~hpsearch.core.ports.StudyPort` of a real run.
+
+    It decides nothing: :class:`~hpsearch.core.search.SearchCore` tells it what to write.
+    Each trial is written through one handle per session; a trial's facts that outlive
+    a session (its curve, counters, epoch times, lifecycle state) are user attributes,
+    read back by :meth:`histories`.
     """
 
     def __init__(self, config: Config, storage_url: str):
@@ -124,254 +133,166 @@ class StudyRecorder:
         from hpsearch import __version__
 
         self.study.set_user_attr(keys.ATTR_HPSEARCH_VERSION, __version__)
+        self._study_id = self.storage.get_study_id_from_name(config.name)
         self._distributions = config.space.to_optuna()
-        self._live: dict[str, _Live] = {}
+        self._handles: dict[int, _Handle] = {}
         self._lock = threading.Lock()
-        self.stops: dict[str, StopRecord] = {}
-
-    # -- pickling: Ray Tune saves its searcher, scheduler and callbacks with the experiment
 
     def __getstate__(self) -> dict[str, Any]:
-        live = {
-            rid: (v.trial.number, sorted(v.steps), v.last_epoch, v.last_value, v.stop,
-                  list(v.resumed_from))
-            for rid, v in self._live.items()
-        }
-        return {"config": self.config, "storage_url": self.storage_url, "live": live,
-                "stops": self.stops}
+        # Ray Tune pickles its experiment (callbacks and stopper included) now and then;
+        # hpsearch never restores from it (a continued run reads the study), so what it
+        # pickles of the recorder is inert.
+        return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.config = state["config"]
-        self.storage_url = state["storage_url"]
-        self.storage = make_storage(self.storage_url)
-        self.study = optuna.load_study(study_name=self.config.name, storage=self.storage)
-        self._distributions = self.config.space.to_optuna()
-        self._lock = threading.Lock()
-        self.stops = dict(state["stops"])
-        self._live = {}
-        study_id = self.study._study_id
-        for rid, (number, steps, last_epoch, last_value, stop, resumed) in state["live"].items():
-            trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
-            trial = optuna.trial.Trial(self.study, trial_id)
-            self._live[rid] = _Live(trial, set(steps), resumed, last_epoch, last_value, stop)
+        self.__dict__.update(state)
 
-    # -- bookkeeping across sessions ----------------------------------------------------
+    # -- the StudyPort ------------------------------------------------------------------
+
+    def ask(self) -> tuple[int, dict[str, Any], int]:
+        """Start a new Optuna trial: ``(number, params, seed)``."""
+        with self._lock:
+            trial = self.study.ask(self._distributions)
+            seed = trial_seed(self.config.search.seed, trial.number)
+            trial.set_user_attr(keys.ATTR_SEED, seed)
+            self._handles[trial.number] = _Handle(self._trial_id(trial.number))
+            return trial.number, dict(trial.params), seed
+
+    def resume(self, number: int) -> tuple[dict[str, Any], int]:
+        """The params and seed of unfinished trial ``number``, about to run again."""
+        with self._lock:
+            handle = self._handles.get(number)
+            frozen = self._frozen(number)
+            if handle is None:
+                attrs = frozen.user_attrs
+                handle = self._handles[number] = _Handle(
+                    self._trial_id(number), set(frozen.intermediate_values),
+                    list(attrs.get(keys.ATTR_RESUMED_FROM, [])),
+                    [float(t) for t in attrs.get(keys.ATTR_EPOCH_TIMES, [])],
+                    list(attrs.get(keys.ATTR_NODES, [])))
+                earlier = gpuuse.from_attrs(attrs)
+                if earlier is not None:  # the GPU figures of its earlier attempts
+                    handle.gpu_uses["earlier"] = earlier
+            seed = int(frozen.user_attrs.get(keys.ATTR_SEED,
+                                             trial_seed(self.config.search.seed, number)))
+            return dict(frozen.params), seed
+
+    def record_epoch(self, report: EpochReport) -> None:
+        """Write one epoch's objective (once per epoch) and what its result carries."""
+        with self._lock:
+            handle = self._handles[report.number]
+            attrs: dict[str, Any] = {keys.ATTR_EPOCHS: max(report.epoch, max(handle.steps,
+                                                                              default=0))}
+            if report.epoch not in handle.steps:
+                self.storage.set_trial_intermediate_value(handle.trial_id, report.epoch,
+                                                          float(report.value))
+                handle.steps.add(report.epoch)
+                if report.epoch_s > 0 and report.epoch == len(handle.epoch_times) + 1:
+                    handle.epoch_times.append(report.epoch_s)
+                    attrs[keys.ATTR_EPOCH_TIMES] = list(handle.epoch_times)
+                if report.startup_s is not None and report.start_epoch == 0:
+                    attrs[keys.ATTR_STARTUP_S] = report.startup_s
+            attrs.update(self._result_attrs(handle, report))
+            for key, value in attrs.items():
+                self.storage.set_trial_user_attr(handle.trial_id, key, value)
+
+    def _result_attrs(self, handle: _Handle, report: EpochReport) -> dict[str, Any]:
+        """What a result carries beside the objective that the study keeps."""
+        result, attrs = report.result, {}
+        if report.start_epoch > 0 and report.start_epoch not in handle.resumed_from:
+            handle.resumed_from.append(report.start_epoch)
+            attrs[keys.ATTR_RESUMED_FROM] = list(handle.resumed_from)
+        oom = result.get(keys.OOM_STEPS)
+        if oom and list(oom) != handle.oom_steps:
+            handle.oom_steps = list(oom)
+            attrs[keys.ATTR_OOM_STEPS] = handle.oom_steps
+        gpus = result.get(keys.GPU_IDS)
+        if gpus and gpus != handle.gpu_ids:
+            handle.gpu_ids = gpus
+            attrs[keys.ATTR_GPU_IDS] = gpus
+        use = gpuuse.from_result(result)
+        if use is not None:
+            # Each process (attempt) reports its own figures so far; the trial's are
+            # those of every attempt combined.
+            handle.gpu_uses[str(result.get(keys.ATTEMPT, ""))] = use
+            attrs.update(gpuuse.to_attrs(gpuuse.combine(handle.gpu_uses.values())))
+        if report.node and (not handle.nodes or handle.nodes[-1] != report.node):
+            handle.nodes.append(report.node)
+            attrs[keys.ATTR_NODE] = report.node
+            attrs[keys.ATTR_NODES] = list(handle.nodes)
+        return attrs
+
+    def set_attrs(self, number: int, attrs: Mapping[str, Any]) -> None:
+        """Set user attributes of trial ``number`` (its money, why it stopped, ...)."""
+        with self._lock:
+            handle = self._handles.get(number)
+            trial_id = handle.trial_id if handle is not None else self._trial_id(number)
+            for key, value in attrs.items():
+                self.storage.set_trial_user_attr(trial_id, key, value)
+
+    def finish(self, number: int, state: TState, value: float | None,
+               attrs: Mapping[str, Any]) -> None:
+        """Tell trial ``number``'s final state (BUDGET_STOPPED is PRUNED in Optuna)."""
+        self.set_attrs(number, attrs)
+        with self._lock:
+            self._handles.pop(number, None)
+            told = _TOLD[state]
+            if told is TrialState.COMPLETE:
+                self.study.tell(number, value)
+            else:
+                self.study.tell(number, state=told)
+
+    def histories(self) -> list[TrialHistory]:
+        """Every trial of the study, as a continued run rebuilds from."""
+        out = []
+        for t in self.study.get_trials(deepcopy=False):
+            state = _lifecycle_state(t)
+            if state is None:
+                continue
+            attrs = t.user_attrs
+            out.append(TrialHistory(
+                t.number, state, dict(t.intermediate_values),
+                [float(x) for x in attrs.get(keys.ATTR_EPOCH_TIMES, [])],
+                attrs.get(keys.ATTR_STARTUP_S),
+                int(attrs.get(keys.ATTR_PREEMPTIONS, 0) or 0),
+                int(attrs.get(keys.ATTR_FAILURES, 0) or 0), dict(t.params)))
+        return out
+
+    # -- reading -------------------------------------------------------------------------
+
+    def frozen(self, number: int) -> FrozenTrial:
+        """The current record of trial ``number`` (what Optuna's pruners read)."""
+        return self._frozen(number)
+
+    def _trial_id(self, number: int) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+
+    def _frozen(self, number: int) -> FrozenTrial:
+        return self.storage.get_trial(self._trial_id(number))
 
     def finished_count(self) -> int:
         """Trials of the study in a finished state (COMPLETE, PRUNED or FAIL)."""
         return len(self.study.get_trials(deepcopy=False, states=FINISHED))
 
-    # -- one trial's life -------------------------------------------------------------
-
-    def ask(self, ray_trial_id: str) -> tuple[int, dict[str, Any], int]:
-        """Start an Optuna trial for a new Ray trial; return (number, params, seed)."""
-        with self._lock:
-            trial = self.study.ask(self._distributions)
-            seed = trial_seed(self.config.search.seed, trial.number)
-            trial.set_user_attr(keys.ATTR_RAY_TRIAL_ID, ray_trial_id)
-            trial.set_user_attr(keys.ATTR_SEED, seed)
-            self._live[ray_trial_id] = _Live(trial)
-            return trial.number, dict(trial.params), seed
-
-    def resume(self, ray_trial_id: str, number: int) -> tuple[int, dict[str, Any], int]:
-        """Attach a new Ray attempt to the unfinished Optuna trial ``number`` (a restart
-        after a preemption or failure, or a trial left by a stopped driver)."""
-        with self._lock:
-            study_id = self.study._study_id
-            trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
-            frozen = self.storage.get_trial(trial_id)
-            trial = optuna.trial.Trial(self.study, trial_id)
-            trial.set_user_attr(keys.ATTR_RAY_TRIAL_ID, ray_trial_id)
-            steps = set(frozen.intermediate_values)
-            last = max(steps) if steps else 0
-            live = _Live(trial, steps, list(frozen.user_attrs.get(keys.ATTR_RESUMED_FROM, [])),
-                         last, frozen.intermediate_values.get(last),
-                         nodes=list(frozen.user_attrs.get(keys.ATTR_NODES, [])))
-            earlier = gpuuse.from_attrs(frozen.user_attrs)
-            if earlier is not None:  # the GPU figures of its earlier attempts
-                live.gpu_uses["earlier"] = earlier
-            self._live[ray_trial_id] = live
-            seed = int(frozen.user_attrs.get(keys.ATTR_SEED,
-                                             trial_seed(self.config.search.seed, number)))
-            return number, dict(frozen.params), seed
-
-    def _pop(self, ray_trial_id: str, attrs: dict[str, Any] | None) -> _Live | None:
-        """Remove a live attempt and write its attributes (the caller holds the lock)."""
-        live = self._live.pop(ray_trial_id, None)
-        if live is None:
-            return None
-        for key, value in (attrs or {}).items():
-            live.trial.set_user_attr(key, value)
-        live.trial.set_user_attr(keys.ATTR_EPOCHS, live.last_epoch)
-        return live
-
-    def detach(self, ray_trial_id: str, attrs: dict[str, Any] | None = None) -> int | None:
-        """Forget a Ray attempt without ending its Optuna trial (it will be restarted);
-        return the trial number."""
-        with self._lock:
-            live = self._pop(ray_trial_id, attrs)
-            return None if live is None else live.trial.number
-
-    def unfinished_numbers(self) -> list[int]:
-        """Trials of the study still RUNNING (left by this or an earlier driver)."""
-        return [t.number for t in self.study.get_trials(deepcopy=False,
-                                                        states=(TrialState.RUNNING,))]
-
     def attr(self, number: int, key: str, default: Any = None) -> Any:
         """A user attribute of trial ``number`` as stored."""
-        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, number)
-        return self.storage.get_trial(trial_id).user_attrs.get(key, default)
-
-    def prune_waiting(self, number: int, stop: StopRecord) -> None:
-        """End a trial that waited for a restart as PRUNED (e.g. the budget closed)."""
-        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, number)
-        trial = optuna.trial.Trial(self.study, trial_id)
-        trial.set_user_attr(keys.ATTR_STOP_REASON, f"{stop.policy}: {stop.reason}")
-        if self.storage.get_trial(trial_id).intermediate_values:
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
-
-    def fail_waiting(self, number: int, reason: str) -> None:
-        """End a trial that waited for a restart as FAIL with ``reason``."""
-        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, number)
-        trial = optuna.trial.Trial(self.study, trial_id)
-        trial.set_user_attr(keys.ATTR_ERROR, reason)
-        self.study.tell(trial, state=TrialState.FAIL)
-
-    def number(self, ray_trial_id: str) -> int | None:
-        live = self._live.get(ray_trial_id)
-        return None if live is None else live.trial.number
-
-    def report(self, ray_trial_id: str, result: dict[str, Any]) -> None:
-        """Record the objective of one epoch (once per epoch, whatever Ray re-sends)."""
-        with self._lock:
-            live = self._live.get(ray_trial_id)
-            metric = self.config.objective.metric
-            if live is None or keys.EPOCH not in result or metric not in result:
-                return
-            epoch = int(result[keys.EPOCH])
-            value = float(result[metric])
-            start = int(result.get(keys.START_EPOCH, 0))
-            if start > 0 and start not in live.resumed_from:
-                live.resumed_from.append(start)
-                live.trial.set_user_attr(keys.ATTR_RESUMED_FROM, list(live.resumed_from))
-            oom = result.get(keys.OOM_STEPS)
-            if oom and oom != live.oom_steps:
-                live.oom_steps = list(oom)
-                live.trial.set_user_attr(keys.ATTR_OOM_STEPS, live.oom_steps)
-            gpus = result.get(keys.GPU_IDS)
-            if gpus and gpus != live.gpu_ids:
-                live.gpu_ids = gpus
-                live.trial.set_user_attr(keys.ATTR_GPU_IDS, gpus)
-            use = gpuuse.from_result(result)
-            if use is not None:
-                # Each process (attempt) reports its own figures so far; the trial's are
-                # those of every attempt combined.
-                live.gpu_uses[str(result.get(keys.ATTEMPT, ""))] = use
-                combined = gpuuse.combine(live.gpu_uses.values())
-                for name, figure in gpuuse.to_attrs(combined).items():
-                    live.trial.set_user_attr(name, figure)
-            node = result.get(keys.NODE_ID)
-            if node and node != live.node:
-                live.node = node
-                live.nodes.append(node)
-                live.trial.set_user_attr(keys.ATTR_NODE, node)
-                live.trial.set_user_attr(keys.ATTR_NODES, list(live.nodes))
-            for past, past_value in result.get(keys.HISTORY) or ():
-                # Epochs a stopped driver never recorded, restored from the checkpoint.
-                if int(past) not in live.steps and int(past) < epoch:
-                    live.trial.report(float(past_value), step=int(past))
-                    live.steps.add(int(past))
-            if epoch in live.steps:
-                return
-            live.trial.report(value, step=epoch)
-            live.steps.add(epoch)
-            if epoch >= live.last_epoch:
-                live.last_epoch, live.last_value = epoch, value
-
-    def frozen(self, ray_trial_id: str) -> FrozenTrial:
-        """The current record of a live trial (for Optuna pruners)."""
-        live = self._live[ray_trial_id]
-        return self.storage.get_trial(live.trial._trial_id)
-
-    def mark_stopped(self, ray_trial_id: str, stop: StopRecord) -> None:
-        """Remember that a policy stopped this trial, so it ends PRUNED with the reason."""
-        with self._lock:
-            live = self._live.get(ray_trial_id)
-            if live is None or live.stop is not None:
-                return
-            live.stop = stop
-            self.stops[ray_trial_id] = stop
-            live.trial.set_user_attr(keys.ATTR_STOP_REASON, f"{stop.policy}: {stop.reason}")
-            if stop.predicted_final is not None:
-                live.trial.set_user_attr(keys.ATTR_PREDICTED_FINAL, stop.predicted_final)
-            if stop.saved_cost is not None:
-                live.trial.set_user_attr(keys.ATTR_SAVED_COST, stop.saved_cost)
-
-    def set_attrs(self, ray_trial_id: str, attrs: dict[str, Any]) -> None:
-        """Set user attributes of a live trial (e.g. its money so far)."""
-        with self._lock:
-            live = self._live.get(ray_trial_id)
-            if live is None:
-                return
-            for key, value in attrs.items():
-                live.trial.set_user_attr(key, value)
-
-    def stop_of(self, ray_trial_id: str) -> StopRecord | None:
-        live = self._live.get(ray_trial_id)
-        return None if live is None else live.stop
-
-    def complete(self, ray_trial_id: str, last_result: dict[str, Any] | None,
-                 attrs: dict[str, Any] | None = None) -> TrialState | None:
-        """Tell the final state of a trial that ended without error; return it.
-
-        ``attrs`` (e.g. its final money) are set before the state is told.
-        """
-        if last_result:
-            self.report(ray_trial_id, last_result)
-        with self._lock:
-            live = self._pop(ray_trial_id, attrs)
-            if live is None:
-                return None
-            if live.last_value is None:
-                live.trial.set_user_attr(keys.ATTR_ERROR, "trial ended without reporting an epoch")
-                self.study.tell(live.trial, state=TrialState.FAIL)
-                return TrialState.FAIL
-            if live.stop is not None:
-                self.study.tell(live.trial, state=TrialState.PRUNED)
-                return TrialState.PRUNED
-            if math.isnan(live.last_value):
-                metric = self.config.objective.metric
-                live.trial.set_user_attr(keys.ATTR_ERROR, f"final {metric} is NaN")
-                self.study.tell(live.trial, state=TrialState.FAIL)
-                return TrialState.FAIL
-            self.study.tell(live.trial, live.last_value)
-            return TrialState.COMPLETE
-
-    def fail(self, ray_trial_id: str, error: str,
-             attrs: dict[str, Any] | None = None) -> TrialState | None:
-        """Tell FAIL for a trial that raised, with its error text as a user attribute."""
-        with self._lock:
-            live = self._pop(ray_trial_id, attrs)
-            if live is None:
-                return None
-            live.trial.set_user_attr(keys.ATTR_ERROR, error[:2000])
-            self.study.tell(live.trial, state=TrialState.FAIL)
-            return TrialState.FAIL
-
-    def unfinished(self) -> list[str]:
-        """Ray trial ids asked for but not yet told."""
-        return list(self._live)
-
-    def latest(self) -> dict[str, tuple[int, int, float | None]]:
-        """``{ray_trial_id: (number, last epoch, last value)}`` of the live trials."""
-        with self._lock:
-            return {k: (v.trial.number, v.last_epoch, v.last_value) for k, v in self._live.items()}
+        return self._frozen(number).user_attrs.get(key, default)
 
     def close(self) -> None:
         self.storage.remove_session()
         self.storage.engine.dispose()
+
+
+def _lifecycle_state(trial: FrozenTrial) -> TState | None:
+    """The lifecycle state of a study trial (None for Optuna's WAITING trials)."""
+    recorded = trial.user_attrs.get(keys.ATTR_LIFECYCLE)
+    if trial.state is TrialState.COMPLETE:
+        return TState.COMPLETE
+    if trial.state is TrialState.PRUNED:
+        return TState.BUDGET_STOPPED if recorded == TState.BUDGET_STOPPED.value \
+            else TState.PRUNED
+    if trial.state is TrialState.FAIL:
+        return TState.FAILED
+    if trial.state is TrialState.RUNNING:
+        return TState.PAUSED if recorded == TState.PAUSED.value else TState.RUNNING
+    return None

@@ -67,6 +67,7 @@ class Event(enum.Enum):
     ENDED = "ended"  #: its process ended without an error
     PREEMPTED = "preempted"  #: its process or node was taken back
     FAILED = "failed"  #: its process raised or died
+    MOVED = "moved"  #: taken off a worker queue before it ran (its node kind is gone)
     CLOSED = "closed"  #: the session ended while it waited
     RESTORED = "restored"  #: rebuilt from the study at a session's start
 
@@ -84,8 +85,10 @@ TRANSITIONS: dict[tuple[TrialState | None, Event], frozenset[TrialState]] = {
                                           _S.BUDGET_STOPPED, _S.FAILED}),
     (_S.RUNNING, Event.PREEMPTED): frozenset({_S.PREEMPTED, _S.FAILED}),
     (_S.RUNNING, Event.FAILED): frozenset({_S.PENDING, _S.FAILED}),
-    # A trial stopped before it ran (its node kind vanished) or refused at its start.
+    # A trial that failed before it ran (refused at its start), or whose node kind
+    # vanished while it waited for one.
     (_S.PENDING, Event.FAILED): frozenset({_S.PENDING, _S.FAILED}),
+    (_S.PENDING, Event.MOVED): frozenset({_S.PENDING, _S.FAILED}),
     (_S.PENDING, Event.CLOSED): frozenset({_S.BUDGET_STOPPED, _S.FAILED}),
     (_S.PAUSED, Event.CLOSED): frozenset({_S.PRUNED}),
     (_S.PREEMPTED, Event.CLOSED): frozenset({_S.BUDGET_STOPPED, _S.FAILED}),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from hpsearch.core.lifecycle import TrialRecord, TrialState
+from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
 from hpsearch.decisions import Verdict
 
 
@@ -143,8 +143,9 @@ class Listener(Protocol):
     def trial_finished(self, record: TrialRecord) -> None:
         """``record`` reached a finished state (or was paused) this session."""
 
-    def trial_requeued(self, record: TrialRecord, why: str) -> None:
-        """``record`` will start again (preempted, retried, moved to another node kind)."""
+    def trial_requeued(self, record: TrialRecord, event: Event, reason: str) -> None:
+        """``record`` will start again after ``event`` (PREEMPTED, FAILED: a retry, or
+        MOVED to another node kind), for ``reason``."""
 
 
 class Quiet:
@@ -153,7 +154,7 @@ class Quiet:
     def trial_finished(self, record: TrialRecord) -> None:
         pass
 
-    def trial_requeued(self, record: TrialRecord, why: str) -> None:
+    def trial_requeued(self, record: TrialRecord, event: Event, reason: str) -> None:
         pass
 
 

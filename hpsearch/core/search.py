@@ -345,7 +345,7 @@ class SearchCore:
                                       **self._money(number)})
         self.policy.on_end(number, record.epoch, TrialState.PREEMPTED)
         self.queue.append(number)
-        self.listener.trial_requeued(record, f"preempted ({reason})")
+        self.listener.trial_requeued(record, Event.PREEMPTED, reason)
         return TrialState.PREEMPTED
 
     def failed(self, number: int, error: str, setup: bool = False) -> TrialState:
@@ -368,7 +368,7 @@ class SearchCore:
                                           **self._money(number)})
             self.policy.on_end(number, record.epoch, TrialState.PENDING)
             self.queue.append(number)
-            self.listener.trial_requeued(record, f"failed ({error})")
+            self.listener.trial_requeued(record, Event.FAILED, error)
             return TrialState.PENDING
         self.accountant.trial_ended(number, FAILED)
         self._finish(record, Event.FAILED, TrialState.FAILED, error=error)
@@ -377,14 +377,14 @@ class SearchCore:
     def moved(self, number: int, reason: str, requeue: bool) -> TrialState:
         """Trial ``number`` was taken off a worker queue before it ran (its node kind is
         gone): queued again to run elsewhere (``requeue``), or FAILED with ``reason``."""
-        record = self.trials.check(number, Event.FAILED)
+        record = self.trials.check(number, Event.MOVED)
         self.live.discard(number)
         self.accountant.trial_ended(number, STOPPED)
         if requeue:
             self.queue.appendleft(number)
-            self.listener.trial_requeued(record, reason)
+            self.listener.trial_requeued(record, Event.MOVED, reason)
             return TrialState.PENDING
-        self._finish(record, Event.FAILED, TrialState.FAILED, error=reason)
+        self._finish(record, Event.MOVED, TrialState.FAILED, error=reason)
         return TrialState.FAILED
 
     def _finish(self, record: TrialRecord, event: Event, state: TrialState,
@@ -408,13 +408,17 @@ class SearchCore:
 
     # -- the session ends -------------------------------------------------------------
 
-    def close(self) -> list[int]:
-        """Settle the trials that wait when the session ends; return the ones still
-        running (an interrupted session: they resume with the next one).
+    def close(self, interrupted: bool = False) -> list[int]:
+        """End the session; return the trials that stay unfinished for the next one.
 
-        Paused trials nobody resumed are PRUNED with their reason; trials queued to
-        start again when the budget closed are BUDGET_STOPPED.
+        A session that ran out of work (or money) settles what waits: paused trials
+        nobody resumed are PRUNED with their reason, trials queued to start again when
+        the budget closed are BUDGET_STOPPED. An ``interrupted`` session (Ctrl-C, a
+        signal, a full disk) settles nothing: every unfinished trial resumes with the
+        next session, paused ones stay paused.
         """
+        if interrupted:
+            return sorted(self.live | set(self.queue))
         reason = self.closed_reason or "the session ended"
         for number in self.trials.in_state(TrialState.PAUSED):
             record = self.trials.get(number)

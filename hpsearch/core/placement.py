@@ -1,4 +1,4 @@
-"""Placing trials on spot or on-demand Ray nodes, and pricing each at its node.
+"""Placing trials on spot or on-demand nodes, and pricing each at its node (pure).
 
 When the cluster's nodes declare their kind (see :mod:`hpsearch.nodekinds` for the
 ``ray start --resources`` flags), each trial asks for its kind's resource, so it lands on
@@ -7,6 +7,9 @@ spot node is alive (all taken back), a trial waits ``preemption.spot_wait_s`` fo
 and then falls back to on-demand when that is allowed (``pricing.spot: auto`` or
 ``preemption.on_demand_fallback``), or fails with the reason. Every trial is billed at
 the node it runs on: its declared instance and kind.
+
+Pure: the node list comes from an injected function (``ray.nodes`` in a real run), and
+pending trials are whatever objects carry ``trial_id``, ``status`` and ``config``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class Placement:
         self._no_spot_since: float | None = None
         self._prices: dict[str, Price] = {}
         self._stuck_since: dict[str, float] = {}
-        self.verdicts: dict[str, tuple[str, str]] = {}
+        self._judged: set[str] = set()
 
     def nodes(self) -> list[nodekinds.NodeKind]:
         if self.clock() - self._read_at > 1.0:
@@ -80,17 +83,18 @@ class Placement:
         self._read_at = -1e9
         return any(n.alive and n.spot is spot for n in self.nodes())
 
-    def watch_pending(self, trials: list[Any]) -> list[tuple[Any, str, str]]:
+    def watch_pending(self, trials: list[Any]) -> list[tuple[Any, bool, str]]:
         """The watchdog: pending trials whose node kind no alive node offers any more,
-        for longer than ``preemption.spot_wait_s``. Returns ``(trial, action, reason)``
-        with action ``replace`` (start it again on on-demand) or ``fail``."""
+        for longer than ``preemption.spot_wait_s``. Returns ``(trial, requeue, reason)``:
+        requeue it on on-demand nodes (a spot trial where falling back is allowed), or
+        fail it. Each trial is returned once."""
         from hpsearch import keys
 
         out = []
         now = self.clock()
         for trial in trials:
             spot = (trial.config or {}).get(keys.SPOT_NODE)
-            if trial.status != "PENDING" or spot is None or trial.trial_id in self.verdicts:
+            if trial.status != "PENDING" or spot is None or trial.trial_id in self._judged:
                 continue
             if self.kind_alive(bool(spot)):
                 self._stuck_since.pop(trial.trial_id, None)
@@ -100,19 +104,15 @@ class Placement:
                 continue
             kind = "spot" if spot else "on-demand"
             if spot and self.fallback:
-                action, reason = "replace", f"no {kind} node alive: moved to on-demand"
+                requeue, reason = True, f"no {kind} node alive: moved to on-demand"
             else:
-                action, reason = "fail", (
+                requeue, reason = False, (
                     f"no {kind} node alive for {self.config.preemption.spot_wait_s:g} s and "
                     f"no fallback allowed" + (" (set preemption.on_demand_fallback: true)"
                                               if spot else ""))
-            self.verdicts[trial.trial_id] = (action, reason)
-            out.append((trial, action, reason))
+            self._judged.add(trial.trial_id)
+            out.append((trial, requeue, reason))
         return out
-
-    def take_verdict(self, trial_id: str) -> tuple[str, str] | None:
-        """The watchdog's verdict on a trial it stopped (asked once)."""
-        return self.verdicts.pop(trial_id, None)
 
     def resources(self, base: dict[str, float]) -> Callable[[dict[str, Any]], dict]:
         """Tune's per-trial resources: ``base`` plus the kind the trial was placed on."""
