@@ -36,8 +36,9 @@ from hpsearch.scalars import finite as _finite
 
 #: Trial states in the order the report lists them.
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
-#: States whose last reported value is a trained model's metric (enter the Pareto front).
-VALUED_STATES = ("COMPLETE", "PRUNED")
+#: States whose trials enter the Pareto front: only a trial trained to the end is a
+#: configuration one can pick at its cost (a pruned trial's value is a partial curve).
+FRONT_STATES = ("COMPLETE",)
 
 METHOD_NO_PRUNING = (
     "estimate: each PRUNED trial's cost scaled linearly to max_epochs "
@@ -62,8 +63,8 @@ class Report:
         summary: Best trial, counts by state, money spent and wasted, budget used and
             the savings estimates (see :func:`summarise`).
         trials: One row per trial, by number (see :func:`trial_row`).
-        pareto_front: Numbers of the trials on the accuracy/cost Pareto front, cheapest
-            first.
+        pareto_front: Numbers of the COMPLETE trials on the metric/cost Pareto front,
+            cheapest first.
         best_vs_cost: The best metric against cumulative money (see :func:`best_vs_cost`).
         cost_by_state: ``{state: {"n", "cost", "wasted_cost"}}``.
     """
@@ -83,14 +84,21 @@ class Report:
         return self.summary["currency"]
 
     def param_names(self) -> list[str]:
-        """Every parameter name of any trial, in order of first appearance."""
+        """Every parameter name of any trial, in order of first appearance.
+
+        A conditional parameter is absent from the trials whose condition was unmet: it
+        is still a name here, and those trials have no value for it.
+        """
         names: dict[str, None] = {}
         for row in self.trials:
             names.update(dict.fromkeys(row["params"]))
         return list(names)
 
     def flat_rows(self) -> list[dict[str, Any]]:
-        """The trial rows with params as ``params_<name>`` columns (CSV, DataFrame)."""
+        """The trial rows with params as ``params_<name>`` columns (CSV, DataFrame).
+
+        Every row has every column; a parameter a trial does not have is None.
+        """
         names = self.param_names()
         out = []
         for row in self.trials:
@@ -259,6 +267,87 @@ def best_vs_cost(rows: Sequence[Mapping[str, Any]], mode: str) -> list[dict[str,
                     "cumulative_cost": total, "value": value, "best_value": best,
                     "best_number": best_number})
     return out
+
+
+#: How far the metric axis reaches beyond the COMPLETE trials' values, in multiples of
+#: their spread: the completed trials fill at least a fifth of the axis, so a pruned
+#: trial that diverged (a loss of 1e6, an accuracy at chance) cannot flatten them.
+CLIP_MARGIN = 2.0
+#: Padding of an axis range on each side, as a share of its span.
+AXIS_PAD = 0.08
+
+
+@dataclass(frozen=True)
+class MetricAxis:
+    """The metric axis of the plots: its range, and the window of values drawn in place.
+
+    Attributes:
+        low: Bottom of the axis range (metric units).
+        high: Top of the axis range.
+        window: ``(low, high)`` of the values drawn where they are; a value outside is
+            *pinned*: drawn at the edge of the axis it lies beyond. None when every
+            value is drawn in place.
+    """
+
+    low: float
+    high: float
+    window: tuple[float, float] | None = None
+
+    def place(self, value: float) -> tuple[float, int]:
+        """Where to draw ``value``: ``(y, 0)`` in place, ``(edge, -1)`` pinned below the
+        window, ``(edge, +1)`` pinned above it (the edge is just inside the range)."""
+        if self.window is None or self.window[0] <= value <= self.window[1]:
+            return value, 0
+        inset = (self.high - self.low) * AXIS_PAD / 2
+        return (self.low + inset, -1) if value < self.window[0] else (self.high - inset, 1)
+
+
+def _padded(low: float, high: float) -> tuple[float, float]:
+    pad = AXIS_PAD * (high - low) if high > low else 0.1 * abs(high) or 0.5
+    return low - pad, high + pad
+
+
+def metric_axis(complete: Iterable[float | None],
+                others: Iterable[float | None]) -> MetricAxis | None:
+    """The metric axis for the values of COMPLETE trials and of every other trial.
+
+    The axis follows the COMPLETE trials: values farther than ``CLIP_MARGIN`` times
+    their spread (their range; their magnitude when they are all equal; the other
+    values' median magnitude when they are all 0) from them are pinned to the edge
+    instead of stretching the axis. Without a COMPLETE
+    trial nothing is pinned. The rule uses no direction and no unit: scaling the metric
+    or flipping its sign pins the same trials. None when there is no finite value.
+    """
+    done = [v for v in map(_finite, complete) if v is not None]
+    rest = [v for v in map(_finite, others) if v is not None]
+    values = done + rest
+    if not values:
+        return None
+    if not done:
+        return MetricAxis(*_padded(min(values), max(values)))
+    low, high = min(done), max(done)
+    spread = high - low if high > low else abs(high)
+    if spread == 0:
+        # Every COMPLETE value is 0: the other values' typical distance is the scale.
+        distances = sorted(abs(v) for v in rest if v != 0)
+        if not distances:
+            return MetricAxis(*_padded(min(values), max(values)))
+        spread = distances[(len(distances) - 1) // 2]
+    window = (low - CLIP_MARGIN * spread, high + CLIP_MARGIN * spread)
+    inside = [v for v in values if window[0] <= v <= window[1]]
+    if len(inside) == len(values):
+        return MetricAxis(*_padded(min(values), max(values)))
+    return MetricAxis(*_padded(min(inside), max(inside)), window=window)
+
+
+def cost_axis(costs: Iterable[float | None]) -> tuple[float, float]:
+    """A money axis: from 0 to a little above the largest cost; ``(0, 1)`` without one.
+
+    Money is never negative and 0 is its natural origin, so equal costs (a fixed price
+    per trial) still read as amounts rather than as a point in the middle of nowhere.
+    """
+    top = max((c for c in map(_finite, costs) if c is not None), default=0.0)
+    return (0.0, top * (1 + AXIS_PAD)) if top > 0 else (0.0, 1.0)
 
 
 def cost_by_state(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -443,7 +532,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     ``billed_s`` (sums over trials; running trials up to their latest epoch);
     ``budget_max_cost`` and ``budget_used`` (total / budget.max_cost, None without a
     budget); the estimates ``savings_vs_no_pruning``, ``savings_vs_on_demand`` and
-    ``savings_vs_on_demand_without_pruning``; ``pareto_front``; ``preemptions``;
+    ``savings_vs_on_demand_without_pruning``; ``pareto_front`` (COMPLETE trials) and
+    ``pareto_front_label`` (``"<metric> vs cost"``); ``preemptions``;
     ``idle_gpu_cost`` (money paid while trials' GPUs ran no kernel, an estimate; None
     when no trial sampled a GPU), ``gpu_util_mean`` (cost-weighted over GPU trials) and
     ``idle_gpu_cost_method``.
@@ -465,9 +555,10 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     gpu_rows = [r for r in rows if r["idle_gpu_cost"] is not None]
     gpu_cost = sum(r["cost"] or 0.0 for r in gpu_rows)
     cap = _finite((config.get("budget") or {}).get("max_cost"))
+    metric = (config.get("objective") or {}).get("metric") or "value"
     return {
         "study": study.get("name"),
-        "metric": (config.get("objective") or {}).get("metric") or "value",
+        "metric": metric,
         "mode": mode,
         "currency": _currency(attrs, rows),
         "instance": price.get("instance"),
@@ -491,6 +582,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
         "savings_vs_on_demand_without_pruning":
             savings_vs_on_demand_without_pruning(rows, max_epochs, ratios),
         "pareto_front": list(front),
+        "pareto_front_label": f"{metric} vs cost",
         "best_vs_cost_method": METHOD_CURVE,
         "idle_gpu_cost": (sum(r["idle_gpu_cost"] for r in gpu_rows)
                           if gpu_rows else None),
@@ -525,7 +617,7 @@ def build(records: Iterable[Mapping[str, Any]], study: Mapping[str, Any],
     mode = study_mode(study)
     rows = sorted((trial_row(r, mode) for r in records), key=lambda r: r["number"])
     front = pareto_front(((r["number"], r["cost"], r["value"]) for r in rows
-                          if r["state"] in VALUED_STATES), mode)
+                          if r["state"] in FRONT_STATES), mode)
     on_front = set(front)
     for row in rows:
         row["on_pareto_front"] = row["number"] in on_front
