@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Write the report of a study: per-trial metrics and money, the best trial, "
             "money spent, wasted and saved (estimates, with their method), the Pareto "
-            "front of accuracy vs cost, and plots (HTML, self-contained). Read from the "
+            "front of the metric vs cost, and plots (HTML, self-contained). Read from the "
             "Optuna storage alone: works on any storage URL and on a run in progress."
         ),
     )

@@ -275,6 +275,9 @@ def best_vs_cost(rows: Sequence[Mapping[str, Any]], mode: str) -> list[dict[str,
 CLIP_MARGIN = 2.0
 #: Padding of an axis range on each side, as a share of its span.
 AXIS_PAD = 0.08
+#: The band at an edge of the metric axis where pinned values are drawn (share of the
+#: span of the values drawn in place), apart from the lowest or highest of those.
+PIN_BAND = 0.1
 
 
 @dataclass(frozen=True)
@@ -285,21 +288,26 @@ class MetricAxis:
         low: Bottom of the axis range (metric units).
         high: Top of the axis range.
         window: ``(low, high)`` of the values drawn where they are; a value outside is
-            *pinned*: drawn at the edge of the axis it lies beyond. None when every
-            value is drawn in place.
+            *pinned*: drawn in a band at the edge of the axis it lies beyond, apart from
+            the values drawn in place. None when every value is drawn in place.
+        pinned_low: Where values pinned below are drawn (None: no such value).
+        pinned_high: Where values pinned above are drawn.
     """
 
     low: float
     high: float
     window: tuple[float, float] | None = None
+    pinned_low: float | None = None
+    pinned_high: float | None = None
 
     def place(self, value: float) -> tuple[float, int]:
         """Where to draw ``value``: ``(y, 0)`` in place, ``(edge, -1)`` pinned below the
-        window, ``(edge, +1)`` pinned above it (the edge is just inside the range)."""
+        window, ``(edge, +1)`` pinned above it (the edge is inside the range)."""
         if self.window is None or self.window[0] <= value <= self.window[1]:
             return value, 0
-        inset = (self.high - self.low) * AXIS_PAD / 2
-        return (self.low + inset, -1) if value < self.window[0] else (self.high - inset, 1)
+        if value < self.window[0]:
+            return (self.low if self.pinned_low is None else self.pinned_low), -1
+        return (self.high if self.pinned_high is None else self.pinned_high), 1
 
 
 def _padded(low: float, high: float) -> tuple[float, float]:
@@ -311,33 +319,43 @@ def metric_axis(complete: Iterable[float | None],
                 others: Iterable[float | None]) -> MetricAxis | None:
     """The metric axis for the values of COMPLETE trials and of every other trial.
 
-    The axis follows the COMPLETE trials: values farther than ``CLIP_MARGIN`` times
-    their spread (their range; their magnitude when they are all equal; the other
-    values' median magnitude when they are all 0) from them are pinned to the edge
-    instead of stretching the axis. Without a COMPLETE
-    trial nothing is pinned. The rule uses no direction and no unit: scaling the metric
-    or flipping its sign pins the same trials. None when there is no finite value.
+    The axis follows the COMPLETE trials: a value farther from their range than
+    ``CLIP_MARGIN`` times a spread is pinned to the edge instead of stretching the axis.
+    The spread is the larger of the COMPLETE trials' range and the median distance of
+    all values from their median (so two close COMPLETE trials do not pin the bulk of
+    the pruned ones, only the far ones); their magnitude if both are 0. Without a
+    COMPLETE trial nothing is pinned. The rule uses no direction and no unit: scaling
+    the metric or flipping its sign pins the same trials. None when there is no finite
+    value.
     """
     done = [v for v in map(_finite, complete) if v is not None]
     rest = [v for v in map(_finite, others) if v is not None]
     values = done + rest
     if not values:
         return None
-    if not done:
+    low, high = min(done, default=0.0), max(done, default=0.0)
+    spread = max(high - low, _median([abs(v - _median(values)) for v in values]))
+    spread = spread or abs(high)
+    if not done or spread == 0:
         return MetricAxis(*_padded(min(values), max(values)))
-    low, high = min(done), max(done)
-    spread = high - low if high > low else abs(high)
-    if spread == 0:
-        # Every COMPLETE value is 0: the other values' typical distance is the scale.
-        distances = sorted(abs(v) for v in rest if v != 0)
-        if not distances:
-            return MetricAxis(*_padded(min(values), max(values)))
-        spread = distances[(len(distances) - 1) // 2]
-    window = (low - CLIP_MARGIN * spread, high + CLIP_MARGIN * spread)
+    # A hair wider, so that a value on the edge stays put whatever the metric's units.
+    reach = CLIP_MARGIN * spread * (1 + 1e-9)
+    window = (low - reach, high + reach)
     inside = [v for v in values if window[0] <= v <= window[1]]
     if len(inside) == len(values):
         return MetricAxis(*_padded(min(values), max(values)))
-    return MetricAxis(*_padded(min(inside), max(inside)), window=window)
+    bottom, top = _padded(min(inside), max(inside))
+    band = PIN_BAND * (top - bottom)
+    below, above = any(v < window[0] for v in values), any(v > window[1] for v in values)
+    return MetricAxis(bottom - band if below else bottom, top + band if above else top,
+                      window=window, pinned_low=bottom - band / 2 if below else None,
+                      pinned_high=top + band / 2 if above else None)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def cost_axis(costs: Iterable[float | None]) -> tuple[float, float]:

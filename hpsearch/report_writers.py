@@ -68,7 +68,7 @@ class ReportWriteError(HpsearchError):
             text = f"disk full at {path}"
         else:
             text = f"cannot write {path}: {exc.strerror or exc}"
-        super().__init__(text + " (the report files already there are unchanged)")
+        super().__init__(text + "; the report files already there are unchanged")
 
 
 def write(report: Report, out_dir: str | Path, formats: Iterable[str] = tuple(FORMATS),
@@ -208,6 +208,14 @@ def fmt_value(value: Any) -> str:
     return str(value)
 
 
+def fmt_seconds(seconds: float | None) -> str:
+    """``1234``, ``12.3``, ``0.12``: whole seconds from 100 on, 3 significant digits below
+    (a short trial's tenth of a second does not read as 0); ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f}" if abs(seconds) >= 100 or seconds == 0 else f"{seconds:.3g}"
+
+
 def fmt_share(share: float | None) -> str:
     """``26.7%``; small shares keep two significant digits (``0.0068%``)."""
     if share is None:
@@ -291,7 +299,7 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
         ("Wasted", fmt_money(s["wasted_cost"], cur) + " (work lost to failures and "
                                                       "preemptions; part of spent)"),
         ("Budget used", budget),
-        ("Billed time", f"{s['billed_s']:.0f} s of trial time"),
+        ("Billed time", f"{fmt_seconds(s['billed_s'])} s of trial time"),
         ("Preemptions", str(s["preemptions"])),
         ("Instance", instance),
         ("Saved by pruning (estimate)", _estimate_text(s["savings_vs_no_pruning"], cur)),
@@ -351,7 +359,7 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
             str(r["number"]) + (" *" if r["on_pareto_front"] else ""), r["state"],
             fmt_value(r["value"]), fmt_value(r["best_value"]), str(r["epochs"]),
             fmt_money(r["cost"], None), fmt_money(r["wasted_cost"], None),
-            "-" if r["billed_s"] is None else f"{r['billed_s']:.0f}",
+            fmt_seconds(r["billed_s"]),
             str(r["preemptions"]), r["instance"] or "-", fmt_value(r["spot"]),
             *([("-" if r["gpu_util_mean"] is None else f"{r['gpu_util_mean']:.0f}")]
               if gpu else []),
@@ -555,7 +563,9 @@ def figures(report: Report) -> list[Panel]:
                 y=[p["best_value"] for p in points], mode="lines", line_shape="hv",
                 name=f"best {metric} (COMPLETE)", line=dict(color="#1c7ed6", width=3)))
         for state in sorted({p["state"] for p in valued}, key=_state_order):
-            mine = [p for p in valued if p["state"] == state]
+            # Points drawn in place first: the legend shows the first point's symbol.
+            mine = sorted((p for p in valued if p["state"] == state),
+                          key=lambda p: axis.place(p["value"])[1] != 0)
             ys, symbols = _markers(axis, [p["value"] for p in mine])
             curve.add_trace(go.Scatter(
                 x=[p["cumulative_cost"] for p in mine], y=ys, mode="markers",
@@ -586,7 +596,8 @@ def figures(report: Report) -> list[Panel]:
     else:
         scatter = go.Figure(layout=layout)
         for state in sorted({r["state"] for r in valued_rows}, key=_state_order):
-            mine = [r for r in valued_rows if r["state"] == state]
+            mine = sorted((r for r in valued_rows if r["state"] == state),
+                          key=lambda r: axis.place(r["value"])[1] != 0)
             ys, symbols = _markers(axis, [r["value"] for r in mine])
             scatter.add_trace(go.Scatter(
                 x=[r["cost"] for r in mine], y=ys, mode="markers", name=state.lower(),
@@ -668,9 +679,8 @@ th { background: #f1f3f5; }
 table.summary th { width: 22rem; }
 table.trials { width: 100%; font-size: 0.82rem; }
 .trials td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.trials td.reason { min-width: 11rem; max-width: 22rem; overflow-wrap: anywhere; }
-.trials td.params { min-width: 11rem; max-width: 24rem; overflow-wrap: anywhere; }
-.trials td.params span { white-space: nowrap; }
+.trials td.reason { min-width: 10rem; max-width: 22rem; overflow-wrap: anywhere; }
+.trials td.params { min-width: 15rem; max-width: 26rem; overflow-wrap: anywhere; }
 .method { color: #495057; font-size: 0.85rem; }
 .note { color: #495057; background: #f8f9fa; border-left: 3px solid #adb5bd;
         padding: 0.5rem 0.8rem; margin: 0.5rem 0; }
@@ -680,10 +690,15 @@ footer { margin-top: 2rem; color: #868e96; font-size: 0.8rem; }
 """
 
 
+_SOFT_HYPHENS = {"preemptions": "pre\u00ademptions", "instance": "in\u00adstance"}
+
+
 def _params_cell(params: dict[str, Any]) -> str:
-    # Each name=value unbroken, the list wrapping between them: no sideways scroll.
-    return ", ".join(f"<span>{html.escape(f'{k}={fmt_value(v)}')}</span>"
-                     for k, v in params.items())
+    # One span per name=value, the cell wrapping after each comma (inside a value only
+    # when one alone is wider than the cell): the table never scrolls sideways.
+    items = [html.escape(f"{k}={fmt_value(v)}") for k, v in params.items()]
+    return " ".join(f'<span class="param">{item}{"," if i < len(items) - 1 else ""}</span>'
+                    for i, item in enumerate(items))
 
 
 def _trials_table(report: Report) -> str:
@@ -692,7 +707,8 @@ def _trials_table(report: Report) -> str:
     if "gpu util %" in header:
         numeric.add(header.index("gpu util %"))
     reason, params = len(header) - 2, len(header) - 1
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    # Long one-word headers may break where a soft hyphen says: narrower columns.
+    head = "".join(f"<th>{html.escape(_SOFT_HYPHENS.get(h, h))}</th>" for h in header)
     body = []
     for record, row in zip(report.trials, rows):
         cells = []

@@ -303,17 +303,29 @@ def test_metric_axis_follows_the_completed_trials():
     assert axis.low < 0.88 and 0.95 < axis.high < 1.0  # padded around what is in place
     assert axis.place(0.88) == (0.88, 0)
     assert axis.place(-3.0)[1] == -1 and axis.place(45.0)[1] == 1
+    # Pinned values are drawn in a band of their own, inside the range, below (above)
+    # every value drawn in place.
+    assert axis.low < axis.place(-3.0)[0] < 0.88 - 0.1 * (axis.high - axis.low)
+    assert axis.place(45.0)[0] == axis.high  # nothing lies above: no band there
     # Close values are all drawn: nothing pinned, the range covers them all.
     near = report.metric_axis([0.5, 0.6], [0.4, 0.7])
     assert near.window is None and near.low < 0.4 and near.high > 0.7
     # Without a COMPLETE trial nothing is pinned; without any value there is no axis.
     assert report.metric_axis([], [0.1, 45.0]).window is None
     assert report.metric_axis([None], [float("nan")]) is None
-    # Equal COMPLETE values: their magnitude is the spread; a diverged loss is pinned.
+    # Equal COMPLETE values: the values' median distance from their median is the
+    # spread (0.1 here); the diverged losses are pinned.
     equal = report.metric_axis([0.4, 0.4], [2.3, 1e6, 0.5])
-    assert equal.window == pytest.approx((-0.4, 1.2))
+    assert equal.window == pytest.approx((0.2, 0.6))
     assert [equal.place(v)[1] for v in (2.3, 1e6, 0.5)] == [1, 1, 0]
+    # Two close COMPLETE trials (a real digits run): the bulk of the pruned trials sets
+    # the spread, so the one at 0.81 stays in place and the two near chance are pinned.
+    close = report.metric_axis([0.958, 0.947], [0.808, 0.195, 0.053])
+    assert [close.place(v)[1] for v in (0.808, 0.195, 0.053)] == [0, -1, -1]
+    # Nothing spread at all: no pinning, a padded range around the one value.
+    assert report.metric_axis([0.0], [0.0]).window is None
     assert report.metric_axis([0.0], [0.0]).low < 0.0 < report.metric_axis([0.0], []).high
+    assert report.metric_axis([0.5, 0.5], [0.5]).window is None
 
 
 @settings(max_examples=150, deadline=None)
@@ -455,7 +467,8 @@ def test_a_param_missing_from_some_trials_gives_empty_cells(tmp_path):
     assert all(line.count(" | ") == len(header) - 1 for line in md.splitlines()
                if line.startswith("| ") and line.split(" | ")[0][2:].strip().isdigit())
     page = (tmp_path / "report.html").read_text()
-    assert "<span>momentum=0.9</span>" in page
+    assert '<span class="param">optimizer=sgd,</span> <span class="param">momentum=0.9</span>' \
+        in page
 
 
 def test_load_results_reads_a_conditional_study(tmp_path):

@@ -105,8 +105,8 @@ def test_a_full_disk_leaves_the_previous_report_and_says_so(tiny_disk):
     # The HTML (plotly inlined, megabytes) cannot fit in 64 KiB.
     with pytest.raises(ReportWriteError) as caught:
         report_writers.write(built, tiny_disk)
-    assert str(caught.value) == (f"disk full at {tiny_disk / 'report.html'} (the report "
-                                 f"files already there are unchanged)")
+    assert str(caught.value) == (f"disk full at {tiny_disk / 'report.html'}; the report "
+                                 f"files already there are unchanged")
     assert snapshot(tiny_disk) == before  # no report.html, no temporary file
     # Nothing before: nothing after.
     for name in before:
@@ -127,8 +127,8 @@ def test_cli_report_on_a_full_disk_is_one_line_and_keeps_the_old_files(tmp_path,
     proc = cli("report", str(run_dir), "--out", str(tiny_disk), cwd=tmp_path)
     assert proc.returncode == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
     (line,) = proc.stderr.splitlines()
-    assert line == (f"hpsearch: error: disk full at {tiny_disk / 'report.html'} (the "
-                    f"report files already there are unchanged)")
+    assert line == (f"hpsearch: error: disk full at {tiny_disk / 'report.html'}; the "
+                    f"report files already there are unchanged")
     assert snapshot(tiny_disk) == before
 
 
