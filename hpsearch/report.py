@@ -25,6 +25,7 @@ running every trial on on-demand instances.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Hashable, Iterable, Mapping, Sequence
@@ -270,14 +271,23 @@ def best_vs_cost(rows: Sequence[Mapping[str, Any]], mode: str) -> list[dict[str,
 
 
 #: How far the metric axis reaches beyond the COMPLETE trials' values, in multiples of
-#: their spread: the completed trials fill at least a fifth of the axis, so a pruned
-#: trial that diverged (a loss of 1e6, an accuracy at chance) cannot flatten them.
+#: a spread (see :func:`metric_axis`): when their own range is the spread they fill at
+#: least a fifth of the axis, so a pruned trial that diverged (a loss of 1e6, an
+#: accuracy at chance) cannot flatten them.
 CLIP_MARGIN = 2.0
 #: Padding of an axis range on each side, as a share of its span.
 AXIS_PAD = 0.08
 #: The band at an edge of the metric axis where pinned values are drawn (share of the
 #: span of the values drawn in place), apart from the lowest or highest of those.
 PIN_BAND = 0.1
+
+
+class Pin(enum.Enum):
+    """Where a value is drawn on the metric axis: in place, or pinned to an edge."""
+
+    BELOW = -1
+    IN_PLACE = 0
+    ABOVE = 1
 
 
 @dataclass(frozen=True)
@@ -300,14 +310,14 @@ class MetricAxis:
     pinned_low: float | None = None
     pinned_high: float | None = None
 
-    def place(self, value: float) -> tuple[float, int]:
-        """Where to draw ``value``: ``(y, 0)`` in place, ``(edge, -1)`` pinned below the
-        window, ``(edge, +1)`` pinned above it (the edge is inside the range)."""
+    def place(self, value: float) -> tuple[float, Pin]:
+        """Where to draw ``value``: ``(value, IN_PLACE)``, or the band of the edge it lies
+        beyond, ``(y, BELOW)`` or ``(y, ABOVE)`` (inside the axis range)."""
         if self.window is None or self.window[0] <= value <= self.window[1]:
-            return value, 0
+            return value, Pin.IN_PLACE
         if value < self.window[0]:
-            return (self.low if self.pinned_low is None else self.pinned_low), -1
-        return (self.high if self.pinned_high is None else self.pinned_high), 1
+            return (self.low if self.pinned_low is None else self.pinned_low), Pin.BELOW
+        return (self.high if self.pinned_high is None else self.pinned_high), Pin.ABOVE
 
 
 def _padded(low: float, high: float) -> tuple[float, float]:

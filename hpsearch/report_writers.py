@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from hpsearch.errors import ConfigError, HpsearchError
-from hpsearch.report import ROW_COLUMNS, MetricAxis, Report, cost_axis, metric_axis
+from hpsearch.report import ROW_COLUMNS, MetricAxis, Pin, Report, cost_axis, metric_axis
 
 #: Output formats and their file names.
 FORMATS = {"html": "report.html", "csv": "report.csv", "json": "report.json",
@@ -474,7 +474,7 @@ def write_markdown(report: Report, path: Path, version: str | None = None) -> No
 #: Money on axes as plain decimals with 3 significant digits (not SI prefixes: "50µ").
 _MONEY_TICKS = ".3~r"
 #: Marker of a value drawn in place, and of one pinned below or above the metric axis.
-_SYMBOLS = {0: "circle", -1: "triangle-down", 1: "triangle-up"}
+_SYMBOLS = {Pin.IN_PLACE: "circle", Pin.BELOW: "triangle-down", Pin.ABOVE: "triangle-up"}
 
 
 @dataclass
@@ -507,7 +507,7 @@ def _pin_note(report: Report, axis: MetricAxis, numbers_values: Iterable[tuple[i
     if axis.window is None:
         return None
     pinned = sorted({(n, v) for n, v in numbers_values
-                     if v is not None and axis.place(v)[1] != 0})
+                     if v is not None and axis.place(v)[1] is not Pin.IN_PLACE})
     if not pinned:
         return None
     shown = ", ".join(f"trial {n}: {fmt_value(float(v))}" for n, v in pinned[:6])
@@ -517,7 +517,9 @@ def _pin_note(report: Report, axis: MetricAxis, numbers_values: Iterable[tuple[i
             f"\u25b2 (above) or \u25bc (below); hover shows their value.")
 
 
-def _metric_axis(report: Report) -> MetricAxis | None:
+def plot_axis(report: Report) -> MetricAxis | None:
+    """The metric axis both metric plots share: :func:`~hpsearch.report.metric_axis` of
+    the COMPLETE trials' values and those of the other trials that cost money."""
     complete = [r["value"] for r in report.trials if r["state"] == "COMPLETE"
                 and r["cost"] is not None]
     others = [r["value"] for r in report.trials if r["state"] != "COMPLETE"
@@ -540,7 +542,7 @@ def figures(report: Report) -> list[Panel]:
     money = f"money ({cur})" if cur else "money"
     layout = dict(template="plotly_white", height=420, margin=dict(l=70, r=20, t=30, b=50),
                   legend=dict(orientation="h", y=-0.18))
-    axis = _metric_axis(report)
+    axis = plot_axis(report)
     y_axis = {} if axis is None else dict(range=[axis.low, axis.high])
     none_done = "No completed trial"
     panels = []
@@ -565,7 +567,7 @@ def figures(report: Report) -> list[Panel]:
         for state in sorted({p["state"] for p in valued}, key=_state_order):
             # Points drawn in place first: the legend shows the first point's symbol.
             mine = sorted((p for p in valued if p["state"] == state),
-                          key=lambda p: axis.place(p["value"])[1] != 0)
+                          key=lambda p: axis.place(p["value"])[1] is not Pin.IN_PLACE)
             ys, symbols = _markers(axis, [p["value"] for p in mine])
             curve.add_trace(go.Scatter(
                 x=[p["cumulative_cost"] for p in mine], y=ys, mode="markers",
@@ -597,7 +599,7 @@ def figures(report: Report) -> list[Panel]:
         scatter = go.Figure(layout=layout)
         for state in sorted({r["state"] for r in valued_rows}, key=_state_order):
             mine = sorted((r for r in valued_rows if r["state"] == state),
-                          key=lambda r: axis.place(r["value"])[1] != 0)
+                          key=lambda r: axis.place(r["value"])[1] is not Pin.IN_PLACE)
             ys, symbols = _markers(axis, [r["value"] for r in mine])
             scatter.add_trace(go.Scatter(
                 x=[r["cost"] for r in mine], y=ys, mode="markers", name=state.lower(),

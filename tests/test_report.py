@@ -286,23 +286,27 @@ def test_decisions_do_not_depend_on_the_direction_or_the_scale(scale, mode):
     assert s["mode"] == mode
     assert (s["best_trial"], built.pareto_front) == (3, [0, 4, 3])
     assert [p["best_number"] for p in built.best_vs_cost] == [None, None, None, 0, 4, 3]
-    axis = report_writers._metric_axis(built)  # noqa: SLF001 - the plots' own axis
-    pinned = [r["number"] for r in built.trials if axis.place(r["value"])[1] != 0]
+    axis = report_writers.plot_axis(built)
+    pinned = [r["number"] for r in built.trials
+              if axis.place(r["value"])[1] is not report.Pin.IN_PLACE]
     assert pinned == [1, 2]  # the diverged trials; trial 5 (0.88) is drawn in place
     # Pinned values sit inside the axis, on the side they lie beyond.
     for r in built.trials:
         y, side = axis.place(r["value"])
         assert axis.low <= y <= axis.high
-        assert side == (0 if r["number"] not in (1, 2) else (-1 if r["value"] < 0.5 * scale
-                                                             else 1))
+        beyond = report.Pin.BELOW if r["value"] < 0.5 * scale else report.Pin.ABOVE
+        assert side is (report.Pin.IN_PLACE if r["number"] not in (1, 2) else beyond)
+
+
+BELOW, IN_PLACE, ABOVE = report.Pin.BELOW, report.Pin.IN_PLACE, report.Pin.ABOVE
 
 
 def test_metric_axis_follows_the_completed_trials():
     axis = report.metric_axis([0.90, 0.95, 0.93], [0.02, -3.0, 0.88])
     assert axis.window == pytest.approx((0.80, 1.05))
     assert axis.low < 0.88 and 0.95 < axis.high < 1.0  # padded around what is in place
-    assert axis.place(0.88) == (0.88, 0)
-    assert axis.place(-3.0)[1] == -1 and axis.place(45.0)[1] == 1
+    assert axis.place(0.88) == (0.88, IN_PLACE)
+    assert axis.place(-3.0)[1] is BELOW and axis.place(45.0)[1] is ABOVE
     # Pinned values are drawn in a band of their own, inside the range, below (above)
     # every value drawn in place.
     assert axis.low < axis.place(-3.0)[0] < 0.88 - 0.1 * (axis.high - axis.low)
@@ -317,11 +321,11 @@ def test_metric_axis_follows_the_completed_trials():
     # spread (0.1 here); the diverged losses are pinned.
     equal = report.metric_axis([0.4, 0.4], [2.3, 1e6, 0.5])
     assert equal.window == pytest.approx((0.2, 0.6))
-    assert [equal.place(v)[1] for v in (2.3, 1e6, 0.5)] == [1, 1, 0]
+    assert [equal.place(v)[1] for v in (2.3, 1e6, 0.5)] == [ABOVE, ABOVE, IN_PLACE]
     # Two close COMPLETE trials (a real digits run): the bulk of the pruned trials sets
     # the spread, so the one at 0.81 stays in place and the two near chance are pinned.
     close = report.metric_axis([0.958, 0.947], [0.808, 0.195, 0.053])
-    assert [close.place(v)[1] for v in (0.808, 0.195, 0.053)] == [0, -1, -1]
+    assert [close.place(v)[1] for v in (0.808, 0.195, 0.053)] == [IN_PLACE, BELOW, BELOW]
     # Nothing spread at all: no pinning, a padded range around the one value.
     assert report.metric_axis([0.0], [0.0]).window is None
     assert report.metric_axis([0.0], [0.0]).low < 0.0 < report.metric_axis([0.0], []).high
@@ -338,8 +342,9 @@ def test_metric_axis_pins_the_same_values_whatever_the_scale_and_sign(done, rest
     sides = [base.place(v)[1] for v in done + rest]
     scaled_sides = [scaled.place(v * scale)[1] for v in done + rest]
     # A negative scale swaps above and below.
-    assert scaled_sides == [s if scale > 0 else -s for s in sides]
-    assert all(side == 0 for side in sides[:len(done)])  # COMPLETE trials: never pinned
+    swap = {BELOW: ABOVE, ABOVE: BELOW, IN_PLACE: IN_PLACE}
+    assert scaled_sides == [s if scale > 0 else swap[s] for s in sides]
+    assert all(side is IN_PLACE for side in sides[:len(done)])  # COMPLETE: never pinned
 
 
 def test_cost_axis_starts_at_zero_and_reads_equal_costs():
