@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Write the report of a study: per-trial metrics and money, the best trial, "
             "money spent, wasted and saved (estimates, with their method), the Pareto "
-            "front of accuracy vs cost, and plots (HTML, self-contained). Read from the "
+            "front of the metric vs cost, and plots (HTML, self-contained). Read from the "
             "Optuna storage alone: works on any storage URL and on a run in progress."
         ),
     )
@@ -341,7 +341,6 @@ def _catalog(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hpsearch.errors import ConfigError
     from hpsearch.report_writers import parse_formats, write
 
     formats = parse_formats(args.format)
@@ -349,11 +348,9 @@ def _report(args: argparse.Namespace) -> int:
 
     report, source = load_report(args.source, args.study)
     out = Path(args.out) if args.out else (source.run_dir or Path("report"))
-    try:
-        paths = write(report, out, formats, version=__version__)
-    except OSError as exc:
-        raise ConfigError("--out", f"cannot write the report ({exc.strerror})",
-                          str(out)) from None
+    # A failed write raises ReportWriteError: one line naming the file and the cause
+    # ("disk full at PATH"), the report files already there unchanged.
+    paths = write(report, out, formats, version=__version__)
     for path in paths:
         print(path)
     return 0

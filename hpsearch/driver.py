@@ -618,10 +618,12 @@ class _Session:
 
             report_files = [p.name for p in write_study_report(study, self.run_path)]
             out(f"Report: {display_path(self.run_path / report_files[0])}")
-        except Exception:  # noqa: BLE001 - the study is the record; a report is derived
+        except Exception as exc:  # noqa: BLE001 - the study is the record; a report is derived
             log.exception("writing the report failed")
             report_files = []
-            out(f"Report: not written (see hpsearch.log); retry with python -m hpsearch "
+            # A ReportWriteError names the file and the cause ("disk full at PATH").
+            cause = str(exc) if isinstance(exc, HpsearchError) else "see hpsearch.log"
+            out(f"Report: not written ({cause}); retry with python -m hpsearch "
                 f"report {display_path(self.run_path)}")
         out(f"Results: {display_path(self.run_path)}/ (space.yaml, ledger.jsonl, "
             + "".join(f"{name}, " for name in report_files)

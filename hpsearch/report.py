@@ -25,6 +25,7 @@ running every trial on on-demand instances.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Hashable, Iterable, Mapping, Sequence
@@ -36,8 +37,9 @@ from hpsearch.scalars import finite as _finite
 
 #: Trial states in the order the report lists them.
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
-#: States whose last reported value is a trained model's metric (enter the Pareto front).
-VALUED_STATES = ("COMPLETE", "PRUNED")
+#: States whose trials enter the Pareto front: only a trial trained to the end is a
+#: configuration one can pick at its cost (a pruned trial's value is a partial curve).
+FRONT_STATES = ("COMPLETE",)
 
 METHOD_NO_PRUNING = (
     "estimate: each PRUNED trial's cost scaled linearly to max_epochs "
@@ -62,8 +64,8 @@ class Report:
         summary: Best trial, counts by state, money spent and wasted, budget used and
             the savings estimates (see :func:`summarise`).
         trials: One row per trial, by number (see :func:`trial_row`).
-        pareto_front: Numbers of the trials on the accuracy/cost Pareto front, cheapest
-            first.
+        pareto_front: Numbers of the COMPLETE trials on the metric/cost Pareto front,
+            cheapest first.
         best_vs_cost: The best metric against cumulative money (see :func:`best_vs_cost`).
         cost_by_state: ``{state: {"n", "cost", "wasted_cost"}}``.
     """
@@ -83,14 +85,21 @@ class Report:
         return self.summary["currency"]
 
     def param_names(self) -> list[str]:
-        """Every parameter name of any trial, in order of first appearance."""
+        """Every parameter name of any trial, in order of first appearance.
+
+        A conditional parameter is absent from the trials whose condition was unmet: it
+        is still a name here, and those trials have no value for it.
+        """
         names: dict[str, None] = {}
         for row in self.trials:
             names.update(dict.fromkeys(row["params"]))
         return list(names)
 
     def flat_rows(self) -> list[dict[str, Any]]:
-        """The trial rows with params as ``params_<name>`` columns (CSV, DataFrame)."""
+        """The trial rows with params as ``params_<name>`` columns (CSV, DataFrame).
+
+        Every row has every column; a parameter a trial does not have is None.
+        """
         names = self.param_names()
         out = []
         for row in self.trials:
@@ -259,6 +268,114 @@ def best_vs_cost(rows: Sequence[Mapping[str, Any]], mode: str) -> list[dict[str,
                     "cumulative_cost": total, "value": value, "best_value": best,
                     "best_number": best_number})
     return out
+
+
+#: How far the metric axis reaches beyond the COMPLETE trials' values, in multiples of
+#: a spread (see :func:`metric_axis`): when their own range is the spread they fill at
+#: least a fifth of the axis, so a pruned trial that diverged (a loss of 1e6, an
+#: accuracy at chance) cannot flatten them.
+CLIP_MARGIN = 2.0
+#: Padding of an axis range on each side, as a share of its span.
+AXIS_PAD = 0.08
+#: The band at an edge of the metric axis where pinned values are drawn (share of the
+#: span of the values drawn in place), apart from the lowest or highest of those.
+PIN_BAND = 0.1
+
+
+class Pin(enum.Enum):
+    """Where a value is drawn on the metric axis: in place, or pinned to an edge."""
+
+    BELOW = -1
+    IN_PLACE = 0
+    ABOVE = 1
+
+
+@dataclass(frozen=True)
+class MetricAxis:
+    """The metric axis of the plots: its range, and the window of values drawn in place.
+
+    Attributes:
+        low: Bottom of the axis range (metric units).
+        high: Top of the axis range.
+        window: ``(low, high)`` of the values drawn where they are; a value outside is
+            *pinned*: drawn in a band at the edge of the axis it lies beyond, apart from
+            the values drawn in place. None when every value is drawn in place.
+        pinned_low: Where values pinned below are drawn (None: no such value).
+        pinned_high: Where values pinned above are drawn.
+    """
+
+    low: float
+    high: float
+    window: tuple[float, float] | None = None
+    pinned_low: float | None = None
+    pinned_high: float | None = None
+
+    def place(self, value: float) -> tuple[float, Pin]:
+        """Where to draw ``value``: ``(value, IN_PLACE)``, or the band of the edge it lies
+        beyond, ``(y, BELOW)`` or ``(y, ABOVE)`` (inside the axis range)."""
+        if self.window is None or self.window[0] <= value <= self.window[1]:
+            return value, Pin.IN_PLACE
+        if value < self.window[0]:
+            return (self.low if self.pinned_low is None else self.pinned_low), Pin.BELOW
+        return (self.high if self.pinned_high is None else self.pinned_high), Pin.ABOVE
+
+
+def _padded(low: float, high: float) -> tuple[float, float]:
+    pad = AXIS_PAD * (high - low) if high > low else 0.1 * abs(high) or 0.5
+    return low - pad, high + pad
+
+
+def metric_axis(complete: Iterable[float | None],
+                others: Iterable[float | None]) -> MetricAxis | None:
+    """The metric axis for the values of COMPLETE trials and of every other trial.
+
+    The axis follows the COMPLETE trials: a value farther from their range than
+    ``CLIP_MARGIN`` times a spread is pinned to the edge instead of stretching the axis.
+    The spread is the larger of the COMPLETE trials' range and the median distance of
+    all values from their median (so two close COMPLETE trials do not pin the bulk of
+    the pruned ones, only the far ones); their magnitude if both are 0. Without a
+    COMPLETE trial nothing is pinned. The rule uses no direction and no unit: scaling
+    the metric or flipping its sign pins the same trials. None when there is no finite
+    value.
+    """
+    done = [v for v in map(_finite, complete) if v is not None]
+    rest = [v for v in map(_finite, others) if v is not None]
+    values = done + rest
+    if not values:
+        return None
+    low, high = min(done, default=0.0), max(done, default=0.0)
+    spread = max(high - low, _median([abs(v - _median(values)) for v in values]))
+    spread = spread or abs(high)
+    if not done or spread == 0:
+        return MetricAxis(*_padded(min(values), max(values)))
+    # A hair wider, so that a value on the edge stays put whatever the metric's units.
+    reach = CLIP_MARGIN * spread * (1 + 1e-9)
+    window = (low - reach, high + reach)
+    inside = [v for v in values if window[0] <= v <= window[1]]
+    if len(inside) == len(values):
+        return MetricAxis(*_padded(min(values), max(values)))
+    bottom, top = _padded(min(inside), max(inside))
+    band = PIN_BAND * (top - bottom)
+    below, above = any(v < window[0] for v in values), any(v > window[1] for v in values)
+    return MetricAxis(bottom - band if below else bottom, top + band if above else top,
+                      window=window, pinned_low=bottom - band / 2 if below else None,
+                      pinned_high=top + band / 2 if above else None)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def cost_axis(costs: Iterable[float | None]) -> tuple[float, float]:
+    """A money axis: from 0 to a little above the largest cost; ``(0, 1)`` without one.
+
+    Money is never negative and 0 is its natural origin, so equal costs (a fixed price
+    per trial) still read as amounts rather than as a point in the middle of nowhere.
+    """
+    top = max((c for c in map(_finite, costs) if c is not None), default=0.0)
+    return (0.0, top * (1 + AXIS_PAD)) if top > 0 else (0.0, 1.0)
 
 
 def cost_by_state(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -443,7 +560,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     ``billed_s`` (sums over trials; running trials up to their latest epoch);
     ``budget_max_cost`` and ``budget_used`` (total / budget.max_cost, None without a
     budget); the estimates ``savings_vs_no_pruning``, ``savings_vs_on_demand`` and
-    ``savings_vs_on_demand_without_pruning``; ``pareto_front``; ``preemptions``;
+    ``savings_vs_on_demand_without_pruning``; ``pareto_front`` (COMPLETE trials) and
+    ``pareto_front_label`` (``"<metric> vs cost"``); ``preemptions``;
     ``idle_gpu_cost`` (money paid while trials' GPUs ran no kernel, an estimate; None
     when no trial sampled a GPU), ``gpu_util_mean`` (cost-weighted over GPU trials) and
     ``idle_gpu_cost_method``.
@@ -465,9 +583,10 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     gpu_rows = [r for r in rows if r["idle_gpu_cost"] is not None]
     gpu_cost = sum(r["cost"] or 0.0 for r in gpu_rows)
     cap = _finite((config.get("budget") or {}).get("max_cost"))
+    metric = (config.get("objective") or {}).get("metric") or "value"
     return {
         "study": study.get("name"),
-        "metric": (config.get("objective") or {}).get("metric") or "value",
+        "metric": metric,
         "mode": mode,
         "currency": _currency(attrs, rows),
         "instance": price.get("instance"),
@@ -491,6 +610,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
         "savings_vs_on_demand_without_pruning":
             savings_vs_on_demand_without_pruning(rows, max_epochs, ratios),
         "pareto_front": list(front),
+        "pareto_front_label": f"{metric} vs cost",
         "best_vs_cost_method": METHOD_CURVE,
         "idle_gpu_cost": (sum(r["idle_gpu_cost"] for r in gpu_rows)
                           if gpu_rows else None),
@@ -525,7 +645,7 @@ def build(records: Iterable[Mapping[str, Any]], study: Mapping[str, Any],
     mode = study_mode(study)
     rows = sorted((trial_row(r, mode) for r in records), key=lambda r: r["number"])
     front = pareto_front(((r["number"], r["cost"], r["value"]) for r in rows
-                          if r["state"] in VALUED_STATES), mode)
+                          if r["state"] in FRONT_STATES), mode)
     on_front = set(front)
     for row in rows:
         row["on_pareto_front"] = row["number"] in on_front

@@ -217,9 +217,10 @@ def test_summary_totals_best_trial_and_budget():
     both = s["savings_vs_on_demand_without_pruning"]["baseline_cost"]
     assert both > s["savings_vs_no_pruning"]["baseline_cost"]
     assert both > s["savings_vs_on_demand"]["baseline_cost"]
-    # Pareto front over COMPLETE and PRUNED trials: 1 (cheap), 0, 3 (best).
-    assert built.pareto_front == [1, 0, 3] == s["pareto_front"]
-    assert [r["number"] for r in built.trials if r["on_pareto_front"]] == [0, 1, 3]
+    # The Pareto front holds COMPLETE trials only: the cheap pruned trial 1 is not on it.
+    assert built.pareto_front == [0, 3] == s["pareto_front"]
+    assert [r["number"] for r in built.trials if r["on_pareto_front"]] == [0, 3]
+    assert s["pareto_front_label"] == "val_acc vs cost"
     assert built.cost_by_state["FAIL"] == {"n": 1, "cost": 0.5, "wasted_cost": 0.2}
     assert "WAITING" not in built.cost_by_state  # it cost nothing: no bar
 
@@ -248,6 +249,256 @@ def test_best_vs_cost_follows_completion_order_with_running_trials_last():
                                                                     13.5])
     assert [p["best_value"] for p in points] == [None, None, 0.90, 0.95, 0.95]
     assert points[-1]["cumulative_cost"] == pytest.approx(built.summary["total_cost"])
+
+
+# -- direction and scale ---------------------------------------------------------------------
+
+#: A search with a pruned trial that diverged: as accuracies (max) they are these values.
+OUTLIERS = [
+    record(0, "COMPLETE", 0.90, [0.5, 0.90], when=5, epochs=2, **money(4.0)),
+    record(1, "PRUNED", 0.02, [0.02], when=2, epochs=1, **money(1.0)),
+    record(2, "PRUNED", -3.0, [-3.0], when=3, epochs=1, **money(0.5)),
+    record(3, "COMPLETE", 0.95, [0.6, 0.95], when=9, epochs=2, **money(6.0)),
+    record(4, "COMPLETE", 0.93, [0.6, 0.93], when=8, epochs=2, **money(5.0)),
+    record(5, "PRUNED", 0.88, [0.88], when=4, epochs=1, **money(0.7)),
+]
+
+
+def transformed(records, scale, mode):
+    """The same search with its metric times ``scale``, as a ``mode`` objective."""
+    out = copy.deepcopy(records)
+    for r in out:
+        if r["value"] is not None:
+            r["value"] *= scale
+        r["intermediate"] = {k: v * scale for k, v in r["intermediate"].items()}
+    return out, study_info(mode=mode)
+
+
+@pytest.mark.parametrize("scale, mode", [(1.0, "max"), (-1.0, "min"), (1000.0, "max"),
+                                         (-1e-3, "min"), (-250.0, "min")],
+                         ids=["acc-max", "loss-min", "acc-x1000", "loss-x1e-3", "loss-x250"])
+def test_decisions_do_not_depend_on_the_direction_or_the_scale(scale, mode):
+    records, info = transformed(OUTLIERS, scale, mode)
+    built = report.build(records, info)
+    s = built.summary
+    # The same trials win whatever the units: an accuracy maximised and its negative
+    # minimised (a loss) are one search.
+    assert s["mode"] == mode
+    assert (s["best_trial"], built.pareto_front) == (3, [0, 4, 3])
+    assert [p["best_number"] for p in built.best_vs_cost] == [None, None, None, 0, 4, 3]
+    axis = report_writers.plot_axis(built)
+    pinned = [r["number"] for r in built.trials
+              if axis.place(r["value"])[1] is not report.Pin.IN_PLACE]
+    assert pinned == [1, 2]  # the diverged trials; trial 5 (0.88) is drawn in place
+    # Pinned values sit inside the axis, on the side they lie beyond.
+    for r in built.trials:
+        y, side = axis.place(r["value"])
+        assert axis.low <= y <= axis.high
+        beyond = report.Pin.BELOW if r["value"] < 0.5 * scale else report.Pin.ABOVE
+        assert side is (report.Pin.IN_PLACE if r["number"] not in (1, 2) else beyond)
+
+
+BELOW, IN_PLACE, ABOVE = report.Pin.BELOW, report.Pin.IN_PLACE, report.Pin.ABOVE
+
+
+def test_metric_axis_follows_the_completed_trials():
+    axis = report.metric_axis([0.90, 0.95, 0.93], [0.02, -3.0, 0.88])
+    assert axis.window == pytest.approx((0.80, 1.05))
+    assert axis.low < 0.88 and 0.95 < axis.high < 1.0  # padded around what is in place
+    assert axis.place(0.88) == (0.88, IN_PLACE)
+    assert axis.place(-3.0)[1] is BELOW and axis.place(45.0)[1] is ABOVE
+    # Pinned values are drawn in a band of their own, inside the range, below (above)
+    # every value drawn in place.
+    assert axis.low < axis.place(-3.0)[0] < 0.88 - 0.1 * (axis.high - axis.low)
+    assert axis.place(45.0)[0] == axis.high  # nothing lies above: no band there
+    # Close values are all drawn: nothing pinned, the range covers them all.
+    near = report.metric_axis([0.5, 0.6], [0.4, 0.7])
+    assert near.window is None and near.low < 0.4 and near.high > 0.7
+    # Without a COMPLETE trial nothing is pinned; without any value there is no axis.
+    assert report.metric_axis([], [0.1, 45.0]).window is None
+    assert report.metric_axis([None], [float("nan")]) is None
+    # Equal COMPLETE values: the values' median distance from their median is the
+    # spread (0.1 here); the diverged losses are pinned.
+    equal = report.metric_axis([0.4, 0.4], [2.3, 1e6, 0.5])
+    assert equal.window == pytest.approx((0.2, 0.6))
+    assert [equal.place(v)[1] for v in (2.3, 1e6, 0.5)] == [ABOVE, ABOVE, IN_PLACE]
+    # Two close COMPLETE trials (a real digits run): the bulk of the pruned trials sets
+    # the spread, so the one at 0.81 stays in place and the two near chance are pinned.
+    close = report.metric_axis([0.958, 0.947], [0.808, 0.195, 0.053])
+    assert [close.place(v)[1] for v in (0.808, 0.195, 0.053)] == [IN_PLACE, BELOW, BELOW]
+    # Nothing spread at all: no pinning, a padded range around the one value.
+    assert report.metric_axis([0.0], [0.0]).window is None
+    assert report.metric_axis([0.0], [0.0]).low < 0.0 < report.metric_axis([0.0], []).high
+    assert report.metric_axis([0.5, 0.5], [0.5]).window is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=6),
+       st.lists(st.floats(-1e6, 1e6), max_size=8),
+       st.sampled_from([1.0, -1.0, 1e-3, -1e3, 7.5]))
+def test_metric_axis_pins_the_same_values_whatever_the_scale_and_sign(done, rest, scale):
+    base = report.metric_axis(done, rest)
+    scaled = report.metric_axis([v * scale for v in done], [v * scale for v in rest])
+    sides = [base.place(v)[1] for v in done + rest]
+    scaled_sides = [scaled.place(v * scale)[1] for v in done + rest]
+    # A negative scale swaps above and below.
+    swap = {BELOW: ABOVE, ABOVE: BELOW, IN_PLACE: IN_PLACE}
+    assert scaled_sides == [s if scale > 0 else swap[s] for s in sides]
+    assert all(side is IN_PLACE for side in sides[:len(done)])  # COMPLETE: never pinned
+
+
+def test_cost_axis_starts_at_zero_and_reads_equal_costs():
+    assert report.cost_axis([0.25, 0.25, 0.25]) == pytest.approx((0.0, 0.27))
+    assert report.cost_axis([1.0, None, 4.0])[0] == 0.0
+    assert report.cost_axis([]) == (0.0, 1.0) == report.cost_axis([0.0, None])
+
+
+def test_the_pareto_front_is_labelled_by_the_objective():
+    losses, info = transformed(OUTLIERS, -1.0, "min")
+    info["user_attrs"][keys.ATTR_CONFIG]["objective"]["metric"] = "val_loss"
+    built = report.build(losses, info)
+    assert built.summary["pareto_front_label"] == "val_loss vs cost"
+    labels = dict(report_writers.summary_lines(built))
+    assert labels["Pareto front (val_loss vs cost)"] == "trial 0, trial 4, trial 3"
+    assert "`*`: on the Pareto front (val_loss vs cost)." in report_writers.markdown(built)
+    panels = report_writers.figures(built)
+    assert panels[1].heading == "Pareto front: val_loss vs cost per trial"
+    names = [t.name for t in panels[1].figure.data]
+    assert "Pareto front (val_loss vs cost)" in names
+    assert panels[1].figure.layout.yaxis.title.text == "final val_loss (lower is better)"
+    assert any("2 trial(s) far outside" in n for n in panels[1].notes)
+    # Money axes start at 0.
+    assert [p.figure.layout.xaxis.range[0] for p in panels[:2]] == [0, 0]
+    assert panels[2].figure.layout.yaxis.range[0] == 0
+
+
+def test_a_run_without_a_completed_trial_gets_notes_instead_of_empty_plots():
+    failed = [record(i, "FAIL", None, [], when=i + 1, epochs=0, error="RuntimeError: oom",
+                     **money(0.01, wasted=0.01)) for i in range(3)]
+    panels = report_writers.figures(report.build(failed, study_info()))
+    assert [p.figure is None for p in panels] == [True, True, False]
+    assert panels[0].notes == ["No completed trial: nothing to draw yet (3 trial(s) cost "
+                               "0.0300 USD and none reported val_acc)."]
+    assert panels[1].notes[0].startswith("No completed trial")
+    # Pruned trials alone are drawn, and the note says there is no front yet.
+    pruned = [record(0, "PRUNED", 0.3, [0.3], when=1, **money(1.0)),
+              record(1, "FAIL", 0.2, [0.2], when=2, **money(1.0))]
+    panels = report_writers.figures(report.build(pruned, study_info()))
+    assert all(p.figure is not None for p in panels)
+    assert panels[1].notes == ["No completed trial: no Pareto front yet (it holds "
+                               "COMPLETE trials only)."]
+    assert all("Pareto" not in (t.name or "") for t in panels[1].figure.data)
+    # No trial at all: three notes, no plot (and no plotly script in the page).
+    empty = report.build([], study_info())
+    assert all(p.figure is None for p in report_writers.figures(empty))
+    page = report_writers.html_document(empty)
+    assert "no completed trial" in page.lower() and "plotly.js v" not in page
+
+
+@pytest.mark.parametrize("text, short", [
+    ("asha: stopped at epoch 1/4 with val_acc=0.0833333333333333",
+     "asha: stopped at epoch 1/4 with val_acc=0.08333"),
+    ("stopped at epoch 2/8 with val_loss=2.30258512496948", "stopped at epoch 2/8 with "
+                                                            "val_loss=2.303"),
+    ("cannot reach the best finished trial (0.9512): even an optimistic path ends at "
+     "0.93 (epoch 3/10)", "cannot reach the best finished trial (0.9512): even an "
+                          "optimistic path ends at 0.93 (epoch 3/10)"),
+    ("loss -1234567.891 then 1.23456789e-05 and 12345.6789, x0.83",
+     "loss -1234568 then 1.235e-05 and 12346, x0.83"),
+    ("budget.max_cost: spent 0.001234 USD of 10.00 USD; ray 2.60.1",
+     "budget.max_cost: spent 0.001234 USD of 10.00 USD; ray 2.60.1"),
+    (None, ""),
+])
+def test_stop_reasons_keep_four_significant_digits(text, short):
+    assert report_writers.fmt_reason(text) == short
+
+
+def test_stop_reasons_in_the_tables_are_shortened_and_kept_whole_in_the_data(tmp_path):
+    reason = "asha: stopped at epoch 1/4 with val_acc=0.0833333333333333"
+    built = report.build([record(0, "PRUNED", 0.0833333333333333, [0.0833333333333333],
+                                 when=1, stop_reason=reason, **money(1.0))], study_info())
+    header, cells = report_writers.table_rows(built)
+    assert cells[0][header.index("stop reason / error")].endswith("val_acc=0.08333")
+    report_writers.write(built, tmp_path, ["json", "csv", "md"])
+    assert json.loads((tmp_path / "report.json").read_text())["trials"][0][
+        "stop_reason"] == reason
+    assert "val_acc=0.08333 |" in (tmp_path / "report.md").read_text()
+
+
+# -- conditional parameters ---------------------------------------------------------------
+
+#: Trials of a conditional space: ``momentum`` only with sgd, ``betas`` only with adam,
+#: a constant ``epochs_warmup`` in some records, and a NaN a hand-made record can hold.
+CONDITIONAL = [
+    record(0, "COMPLETE", 0.9, [0.9], when=1, params={"optimizer": "sgd", "momentum": 0.9},
+           **money(1.0)),
+    record(1, "COMPLETE", 0.8, [0.8], when=2, params={"optimizer": "adam",
+                                                      "betas": [0.9, 0.999]}, **money(1.0)),
+    record(2, "PRUNED", 0.5, [0.5], when=3, params={"optimizer": "adam", "lr": float("nan"),
+                                                    "epochs_warmup": 3}, **money(0.5)),
+    dict(record(3, "FAIL", None, [], when=4, error="boom", **money(0.1)), params={}),
+]
+
+
+def test_a_param_missing_from_some_trials_gives_empty_cells(tmp_path):
+    built = report.build(CONDITIONAL, study_info())
+    assert built.param_names() == ["optimizer", "momentum", "betas", "lr", "epochs_warmup"]
+    flat = built.flat_rows()
+    assert all(set(r) == set(flat[0]) for r in flat)  # every row, every column
+    assert flat[1]["params_momentum"] is None and flat[3]["params_optimizer"] is None
+
+    report_writers.write(built, tmp_path)
+    with (tmp_path / "report.csv").open(newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert {f"params_{n}" for n in built.param_names()} <= set(reader.fieldnames)
+    assert len(rows) == 4 and all(len(r) == len(reader.fieldnames) for r in rows)
+    assert [r["params_momentum"] for r in rows] == ["0.9", "", "", ""]
+    assert [r["params_betas"] for r in rows] == ["", "[0.9, 0.999]", "", ""]
+    assert [r["params_lr"] for r in rows] == ["", "", "", ""]  # NaN: empty, not "nan"
+    assert "nan" not in (tmp_path / "report.csv").read_text().lower()
+
+    doc = json.loads((tmp_path / "report.json").read_text(),
+                     parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert [t["params"] for t in doc["trials"]] == [
+        {"optimizer": "sgd", "momentum": 0.9}, {"optimizer": "adam", "betas": [0.9, 0.999]},
+        {"optimizer": "adam", "lr": None, "epochs_warmup": 3}, {}]
+
+    header, cells = report_writers.table_rows(built)
+    params = [c[header.index("params")] for c in cells]
+    assert params == ["optimizer=sgd, momentum=0.9", "optimizer=adam, betas=[0.9, 0.999]",
+                      "optimizer=adam, lr=nan, epochs_warmup=3", ""]
+    md = (tmp_path / "report.md").read_text()
+    assert all(line.count(" | ") == len(header) - 1 for line in md.splitlines()
+               if line.startswith("| ") and line.split(" | ")[0][2:].strip().isdigit())
+    page = (tmp_path / "report.html").read_text()
+    assert '<span class="param">optimizer=sgd,</span> <span class="param">momentum=0.9</span>' \
+        in page
+
+
+def test_load_results_reads_a_conditional_study(tmp_path):
+    url = f"sqlite:///{tmp_path / 'cond.db'}"
+    study = optuna.create_study(storage=url, study_name="cond", direction="maximize")
+    choice = optuna.distributions.CategoricalDistribution(["sgd", "adam"])
+    for optimizer in ("sgd", "adam"):
+        dists = {"optimizer": choice}
+        params = {"optimizer": optimizer}
+        if optimizer == "sgd":
+            dists["momentum"] = optuna.distributions.FloatDistribution(0.0, 0.99)
+            params["momentum"] = 0.5
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=dists, value=0.7,
+            user_attrs=money(1.0, spot=False, instance="custom")))
+    frame = hpsearch.load_results(url)
+    assert list(frame["params_optimizer"]) == ["sgd", "adam"]
+    assert frame.loc[0, "params_momentum"] == 0.5
+    assert frame["params_momentum"].isna().tolist() == [False, True]
+    out = tmp_path / "out"
+    from hpsearch.adapters.results import write_study_report
+
+    write_study_report(study, out, ["csv"])
+    with (out / "report.csv").open(newline="") as f:
+        assert [r["params_momentum"] for r in csv.DictReader(f)] == ["0.5", ""]
 
 
 # -- writers -------------------------------------------------------------------------------
