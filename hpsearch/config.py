@@ -521,22 +521,26 @@ def _build(cls: type, raw: Any, path: str) -> Any:
 
 
 def _suggest(key: str, known: Mapping[str, Any], section: str = "") -> str:
-    """A hint for an unknown ``key`` of ``section``: a close key of the same section, or
-    the dotted key it names in another section (``n_trials`` -> ``search.n_trials``)."""
+    """A hint for an unknown ``key`` of ``section``: the dotted key of that name in another
+    section (``n_trials`` -> ``search.n_trials``), else a close key of the same section,
+    else a close key of another section."""
     import difflib
 
+    prefix = f"{section}." if section else ""
+    elsewhere = [k for k, _d, _m in reference_keys()
+                 if not k.startswith(prefix) or "." in k[len(prefix):]]
+    same_name = [k for k in elsewhere if k.rsplit(".", 1)[-1] == key]
+    if same_name:
+        return f"; did you mean '{same_name[0]}'?"
     close = difflib.get_close_matches(key, list(known), n=1)
     if close:
         return f"; did you mean '{close[0]}'?"
-    prefix = f"{section}." if section else ""
-    elsewhere = [k for k, _d, _m in reference_keys() if not k.startswith(prefix)
-                 or "." in k[len(prefix):]]
-    same_name = [k for k in elsewhere if k.rsplit(".", 1)[-1] == key]
-    if not same_name:
-        leaves = {k.rsplit(".", 1)[-1]: k for k in elsewhere}
-        same_name = [leaves[c] for c in difflib.get_close_matches(key, list(leaves), n=1)]
-    if same_name:
-        return f"; did you mean '{same_name[0]}'?"
+    leaves = {}
+    for k in elsewhere:
+        leaves.setdefault(k.rsplit(".", 1)[-1], k)
+    close = difflib.get_close_matches(key, list(leaves), n=1)
+    if close:
+        return f"; did you mean '{leaves[close[0]]}'?"
     return f"; known keys: {', '.join(known)}"
 
 
@@ -616,6 +620,9 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | list[
     return out
 
 
+_SCALAR_TYPES = frozenset({int, float, str, bool, type(None)})
+
+
 def _copy_tree(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the dicts and lists of ``raw`` (scalars are shared: they are immutable).
 
@@ -632,7 +639,7 @@ def _copy_tree(raw: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(path or "space.yaml",
                               f"is nested deeper than {MAX_DEPTH} levels of mappings and lists")
         items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, value in list(items):
+        for key, value in [(k, v) for k, v in items if type(v) not in _SCALAR_TYPES]:
             if not isinstance(value, (Mapping, list)):
                 continue
             done = copies.get(id(value))
@@ -700,9 +707,9 @@ def _check_nodes(loader: Any, root: Any, name: str) -> None:
             raise ConfigError(path or name, f"is nested deeper than {MAX_DEPTH} levels of "
                               f"mappings and lists (line {node.start_mark.line + 1})")
         if isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                if not isinstance(item, yaml.ScalarNode):
-                    stack.append((item, f"{path}[{i}]", depth + 1))
+            scalar = yaml.ScalarNode
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)
+                         if type(item) is not scalar)
             continue
         if not isinstance(node, yaml.MappingNode):
             continue

@@ -455,20 +455,25 @@ def _parse_categorical(raw: Mapping[str, Any], path: str) -> CategoricalParam:
     choices = raw["choices"]
     if not isinstance(choices, list) or not choices:
         raise ConfigError(f"{path}.choices", "must be a non-empty list", choices)
-    out: list[Any] = []
-    # Optuna looks choices up by ==, so 1, 1.0 and true would be recorded as one. A dict
-    # finds an equal earlier choice in O(1) (equal values hash alike), so a list of
-    # millions of choices validates in linear time.
-    first: dict[Any, int] = {}
-    for i, c in enumerate(choices):
-        c = scalar_value(c, f"{path}.choices[{i}]")
-        j = first.setdefault(c, i)
-        if j != i:
-            s = out[j]
-            same = "is a duplicate" if type(c) is type(s) else (
-                f"equals choices[{j}] ({s!r}); Optuna cannot tell them apart")
-            raise ConfigError(f"{path}.choices[{i}]", same, c)
-        out.append(c)
+    # Plain ints, bools, nulls and strings that cannot be an exponent need no check; the
+    # rest go through scalar_value. Comprehensions and a set keep a list of millions of
+    # choices linear and fast; the slow loop only runs to locate a duplicate.
+    out = list(choices)
+    for i in [i for i, c in enumerate(out) if not (
+            c is None or type(c) is int or type(c) is bool
+            or (type(c) is str and "e" not in c and "E" not in c))]:
+        out[i] = scalar_value(out[i], f"{path}.choices[{i}]")
+    if len(set(out)) != len(out):
+        # Optuna looks choices up by ==, so 1, 1.0 and true would be recorded as one
+        # (equal values hash alike, so the dict finds the earlier one).
+        first: dict[Any, int] = {}
+        for i, c in enumerate(out):
+            j = first.setdefault(c, i)
+            if j != i:
+                s = out[j]
+                same = "is a duplicate" if type(c) is type(s) else (
+                    f"equals choices[{j}] ({s!r}); Optuna cannot tell them apart")
+                raise ConfigError(f"{path}.choices[{i}]", same, c)
     return CategoricalParam(tuple(out))
 
 

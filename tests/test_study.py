@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import pickle
+import warnings
 
 import optuna
 import pytest
@@ -14,6 +16,7 @@ from hpsearch.adapters.study import (
     StudyRecorder,
     check_compatible,
     existing_study_config,
+    sampler_seed,
     trial_seed,
 )
 from hpsearch.decisions import StopRecord
@@ -210,3 +213,139 @@ def test_nan_final_value_is_fail_with_a_reason(url):
     trial = recorder.study.trials[0]
     assert trial.state == TrialState.FAIL
     assert trial.user_attrs[keys.ATTR_ERROR] == "final val_acc is NaN"
+
+
+# ---------------------------------------------------------------------------------------
+# Samplers: a continued study proposes what the uninterrupted one would have.
+
+MIXED_SPACE = {
+    "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    "units": {"type": "int", "low": 8, "high": 64},
+    "drop": {"type": "float", "low": 0.0, "high": 0.5},
+    "opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+    "channels": 16,
+}
+GRID = {"opt": {"type": "categorical", "choices": ["adam", "sgd", "rmsprop"]},
+        "layers": {"type": "int", "low": 1, "high": 4}, "channels": 16}
+
+
+def value_of(params: dict) -> float:
+    """A deterministic objective, so that both histories are identical."""
+    return (-abs(math.log10(params.get("lr", 0.01)) + 2) + params.get("units", 0) / 64
+            + params.get("drop", 0.0) + (0.3 if params.get("opt") == "sgd" else 0.0)
+            + params.get("layers", 0) / 10)
+
+
+def ask_and_tell(recorder: StudyRecorder, n: int, tag: str) -> list[dict]:
+    out = []
+    for i in range(n):
+        rid = f"{tag}{i}"
+        _number, params, _seed = recorder.ask(rid)
+        recorder.complete(rid, result(4, value_of(params)))
+        out.append(params)
+    return out
+
+
+@pytest.mark.parametrize("sampler, space, first, then", [
+    ("tpe", MIXED_SPACE, 12, 6),  # past TPE's 10 random start-up trials
+    ("random", MIXED_SPACE, 5, 5),
+    ("cmaes", MIXED_SPACE, 6, 6),
+    ("qmc", MIXED_SPACE, 5, 6),
+    ("grid", GRID, 5, 7),
+])
+def test_a_resumed_study_samples_like_the_uninterrupted_one(tmp_path, sampler, space,
+                                                           first, then):
+    raw = {**RAW, "space": space, "search": {"sampler": sampler, "seed": 3}}
+    config = config_mod.load(raw)
+    straight = StudyRecorder(config, f"sqlite:///{tmp_path / 'straight.db'}")
+    expected = ask_and_tell(straight, first + then, "s")
+    straight.close()
+
+    url = f"sqlite:///{tmp_path / 'resumed.db'}"
+    before = StudyRecorder(config, url)
+    got = ask_and_tell(before, first, "a")
+    before.close()  # the driver stops; a new session reopens the study
+    after = StudyRecorder(config, url)
+    got += ask_and_tell(after, then, "b")
+    after.close()
+    assert got == expected
+    assert len({tuple(sorted(p.items())) for p in got}) > 1  # it does sample
+    for params in got:
+        assert config.space.contains(params)
+    if sampler == "grid":  # every grid point once, then no crash past the grid's end
+        assert len({tuple(sorted(p.items())) for p in got}) == len(got) == 12
+
+
+def test_another_seed_gives_another_search(url):
+    a = ask_and_tell(StudyRecorder(config_mod.load(RAW), url), 3, "a")
+    other = config_mod.load({**RAW, "name": "other", "search": {"sampler": "random", "seed": 8}})
+    b = ask_and_tell(StudyRecorder(other, url), 3, "b")
+    assert a != b
+
+
+def test_conditional_params_are_absent_from_inactive_trials(url):
+    raw = {**RAW, "space": {
+        "lr": RAW["space"]["lr"],
+        "momentum": {"type": "float", "low": 0.5, "high": 0.99, "condition": {"opt": "sgd"}},
+        "opt": RAW["space"]["opt"], "channels": 16},
+        "search": {"sampler": "tpe", "seed": 0}}
+    config = config_mod.load(raw)
+    recorder = StudyRecorder(config, url)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the experimental `group` warning is handled
+        drawn = ask_and_tell(recorder, 16, "t")
+    assert {p["opt"] for p in drawn} == {"adam", "sgd"}
+    for params, trial in zip(drawn, recorder.study.trials):
+        assert trial.params == params
+        assert ("momentum" in params) == (params["opt"] == "sgd")
+        assert params["channels"] == 16
+        if "momentum" in params:
+            assert 0.5 <= params["momentum"] <= 0.99
+    assert list(config.space) == ["lr", "opt", "momentum", "channels"]
+
+
+def test_the_study_names_its_metric(url):
+    StudyRecorder(config_mod.load({**RAW, "objective": {"metric": "val_loss"}}), url).close()
+    study = optuna.load_study(study_name="unit", storage=url)
+    assert study.metric_names == ["val_loss"]
+    assert study.direction.name == "MINIMIZE"
+
+
+def test_an_incompatible_space_names_the_keys_that_differ(url):
+    config = config_mod.load(RAW)
+    StudyRecorder(config, url).close()
+    previous = existing_study_config(url, "unit")
+    changed = config_mod.load(RAW, {"space.lr.high": 0.5, "space.opt.choices": ["adam", "rms"],
+                                    "space.units": {"type": "int", "low": 1, "high": 4}})
+    with pytest.raises(ConfigError) as info:
+        check_compatible(previous, changed)
+    text = str(info.value)
+    assert text.startswith("space: differs from the existing study 'unit' (")
+    assert "lr.high was 0.1, now 0.5" in text
+    assert "opt.choices[1] was 'sgd', now 'rms'" in text
+    assert "units added" in text
+    assert "{'type'" not in text  # not the whole dicts
+    assert "\n" not in text
+
+
+def test_many_differences_are_counted_not_listed(url):
+    StudyRecorder(config_mod.load(RAW), url).close()
+    previous = existing_study_config(url, "unit")
+    space = {f"p{i}": {"type": "int", "low": 0, "high": i + 1} for i in range(6)}
+    with pytest.raises(ConfigError, match=r"; and 5 more\)"):
+        check_compatible(previous, config_mod.load({**RAW, "space": space}))
+
+
+def test_a_changed_max_epochs_is_refused_like_a_changed_space(url):
+    StudyRecorder(config_mod.load(RAW), url).close()
+    previous = existing_study_config(url, "unit")
+    with pytest.raises(ConfigError) as info:
+        check_compatible(previous, config_mod.load(RAW, {"max_epochs": 8}))
+    assert str(info.value).startswith(
+        "max_epochs: differs from the existing study 'unit' (max_epochs was 4, now 8)")
+    check_compatible(previous, config_mod.load(RAW, {"search.n_trials": 50}))
+
+
+def test_sampler_seeds_are_spread():
+    assert len({sampler_seed(0, n) for n in range(1000)}) == 1000
+    assert sampler_seed(1, 5) != sampler_seed(2, 5)
