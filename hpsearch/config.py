@@ -784,6 +784,12 @@ def validate(raw: Mapping[str, Any]) -> Config:
                               f"process per GPU; resources.gpu is {resources.gpu:g})",
                               resources.devices)
     _check_pruning(config)
+    pruning, n_trials = config.pruning, config.search.n_trials
+    if pruning.policy == "median" and pruning.startup_trials >= n_trials:
+        warnings.append(
+            f"pruning.startup_trials: {pruning.startup_trials} >= search.n_trials "
+            f"({n_trials}): the median pruner waits for that many finished trials, so it "
+            "will not prune any")
     if config.search.sampler == "grid":
         config = _check_grid(config, warnings)
     return replace(config, warnings=tuple(warnings))

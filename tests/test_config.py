@@ -1090,3 +1090,12 @@ def test_a_file_with_many_choices_loads_in_linear_time(tmp_path):
             + ", ".join(map(str, range(n))) + "]\n")
     config = load(write(tmp_path, text))
     assert len(config.space["x"].choices) == n
+
+
+def test_a_median_pruner_that_would_wait_for_every_trial_is_a_warning():
+    config = validate(with_set(pruning__policy="median", pruning__startup_trials=5,
+                               search__n_trials=5))
+    (warning,) = config.warnings
+    assert warning.startswith("pruning.startup_trials: 5 >= search.n_trials (5)")
+    assert validate(with_set(pruning__policy="median", pruning__startup_trials=4,
+                             search__n_trials=5)).warnings == ()

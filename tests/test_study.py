@@ -349,3 +349,14 @@ def test_a_changed_max_epochs_is_refused_like_a_changed_space(url):
 def test_sampler_seeds_are_spread():
     assert len({sampler_seed(0, n) for n in range(1000)}) == 1000
     assert sampler_seed(1, 5) != sampler_seed(2, 5)
+
+
+def test_a_changed_trainable_or_objective_is_named(url):
+    StudyRecorder(config_mod.load(RAW), url).close()
+    previous = existing_study_config(url, "unit")
+    with pytest.raises(ConfigError, match=r"^trainable: differs from the existing study 'unit' "
+                       r"\(trainable was 'hpsearch.examples.digits:build', now 'a.b:c'\)"):
+        check_compatible(previous, config_mod.load(RAW, {"trainable": "a.b:c"}))
+    with pytest.raises(ConfigError, match=r"^objective: differs .*\(metric was 'val_acc', "
+                       r"now 'val_f1'\)"):
+        check_compatible(previous, config_mod.load(RAW, {"objective.metric": "val_f1"}))

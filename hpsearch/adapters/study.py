@@ -170,7 +170,8 @@ def check_compatible(previous: dict[str, Any], config: Config) -> None:
     for key in COMPATIBLE_KEYS:
         if key not in previous:
             continue
-        changed = differences(previous[key], current[key], key if key == "max_epochs" else "")
+        scalar = not isinstance(current[key], dict)
+        changed = differences(previous[key], current[key], key if scalar else "")
         if not changed:
             continue
         shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more"
