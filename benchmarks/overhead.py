@@ -55,7 +55,7 @@ def run_optuna(n_trials: int, seed: int) -> float:
 
     space = load({"name": "x", "trainable": "benchmarks.trivial:build",
                   "objective": {"metric": "val_acc"}, "max_epochs": EPOCHS,
-                  "space": SPACE}).space.to_optuna()
+                  "space": SPACE}).space
 
     class Report(pl.Callback):
         def __init__(self, trial):
@@ -66,7 +66,7 @@ def run_optuna(n_trials: int, seed: int) -> float:
                               trainer.current_epoch + 1)
 
     def objective(trial):
-        params = {name: trial._suggest(name, dist) for name, dist in space.items()}
+        params = space.suggest(trial)  # define-by-run, as hpsearch asks
         pl.seed_everything(seed + trial.number, verbose=False)
         model, data = build(params)
         trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False,

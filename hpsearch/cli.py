@@ -295,12 +295,17 @@ def _validate(args: argparse.Namespace) -> int:
     from hpsearch.budget import fmt_money
 
     config = config_mod.load(args.space, args.overrides)
+    if config.storage is not None:
+        config_mod.check_storage(config.storage)
+    config_mod.check_training_cpus(config)
     price = pricing.resolve(config)
     if not args.no_import:
         from hpsearch.trainable import resolve
 
         resolve(config.trainable)
     sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    for warning in config.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"ok: {args.space} is valid ({len(config.space)} parameters); a trial-hour costs "
           f"{fmt_money(price.per_hour, price.currency)} on {price.instance}"
           f"{' (spot)' if price.spot else ''}", file=sys.stderr)

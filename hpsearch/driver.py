@@ -284,6 +284,7 @@ class LightningBackend:
         """Validate what this backend needs before anything is written."""
         from hpsearch.trainable import resolve
 
+        config_mod.check_training_cpus(config)  # Lightning trains on whole cores
         resolve(config.trainable)
 
     def trainable(self, spec):
@@ -339,6 +340,10 @@ def run(
     out = emit or (lambda line: None)
     backend = backend or LightningBackend()
     config = config_mod.load(source, overrides)
+    for warning in config.warnings:
+        out(f"warning: {warning}")
+    if config.storage is not None:
+        config_mod.check_storage(config.storage)  # before anything opens or writes it
     backend.check(config)
     pricing.resolve(config)  # unknown instance, missing price: before anything starts
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)

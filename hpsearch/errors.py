@@ -42,8 +42,27 @@ class ConfigError(HpsearchError):
         self.value = None if value is _MISSING else value
         text = f"{field}: {reason}" if field else reason
         if value is not _MISSING:
-            text += f" (got {value!r})"
+            text += f" (got {_short_repr(value)})"
         super().__init__(text)
+
+
+#: Longest repr of an offending value in an error line (a list of millions of choices
+#: or a deeply nested value is shown abridged, never as a megabyte or a RecursionError).
+MAX_VALUE_REPR = 200
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = None
+    if text is not None and len(text) <= MAX_VALUE_REPR:
+        return text
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 3, MAX_VALUE_REPR, MAX_VALUE_REPR
+    return short.repr(value)[: MAX_VALUE_REPR * 2]
 
 
 class TrialSetupError(HpsearchError):

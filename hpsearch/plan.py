@@ -72,7 +72,7 @@ from typing import Any, Callable, Mapping
 
 from hpsearch import catalog as catalog_mod
 from hpsearch.errors import ConfigError
-from hpsearch.space import CategoricalParam, FloatParam, IntParam, Space
+from hpsearch.space import CategoricalParam, ConstParam, FloatParam, IntParam, Space
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -168,12 +168,18 @@ def representative_params(space: Space, point: str = "mid") -> dict[str, Any]:
     at its first choice. ``high``: each float/int at the largest value of its range
     (on its grid) and each categorical of numbers at its largest choice (the largest
     model where size grows with a param: width, depth, batch size), other categoricals
-    at their first choice.
+    at their first choice. Constants keep their value; a conditional param is included
+    only where the values picked for its parents activate it (as in a trial).
     """
     if point not in POINTS:
         raise ConfigError("--point", f"must be one of {', '.join(POINTS)}", point)
     out: dict[str, Any] = {}
     for name, param in space.items():
+        if not space.is_active(name, out):
+            continue
+        if isinstance(param, ConstParam):
+            out[name] = param.value
+            continue
         if isinstance(param, CategoricalParam):
             numbers = [c for c in param.choices
                        if isinstance(c, (int, float)) and not isinstance(c, bool)]

@@ -14,9 +14,14 @@ import pytest
 import yaml
 
 from hpsearch.config import (
+    MAX_DEPTH,
+    MAX_EPOCHS,
     Config,
     apply_overrides,
+    check_storage,
+    check_training_cpus,
     load,
+    mode_from_metric,
     parse_override,
     read_yaml,
     reference_keys,
@@ -156,7 +161,7 @@ def test_null_sections_get_defaults():
 def test_reference_defaults_match_a_minimal_config():
     plain = validate(MINIMAL).to_dict()
     for key, default, _doc in reference_keys():
-        if default == "required":
+        if default in ("required", "from the metric name"):
             continue
         node: Any = plain
         for part in key.split("."):
@@ -310,10 +315,11 @@ BAD_VALUES = [
      {"space.lr": {"type": "float", "low": -1.0e308, "high": 1.0e308}},
      "space.lr.high", ["too large", "(got 1e+308)"]),
     ("param-type-unknown", {"space.lr.type": "double"}, "space.lr.type",
-     ["float, int or categorical", "(got 'double')"]),
+     ["float, int, categorical or const", "(got 'double')"]),
     ("param-type-missing", {"space.lr": {"low": 0.1, "high": 0.2}}, "space.lr.type",
-     ["float, int or categorical", "(got None)"]),
-    ("param-not-a-mapping", {"space.lr": 0.1}, "space.lr", ["'type'", "(got 0.1)"]),
+     ["float, int, categorical or const", "(got None)"]),
+    ("param-not-a-mapping", {"space.lr": [0.1]}, "space.lr", ["'type'", "(got [0.1])"]),
+    ("param-null", {"space.lr": None}, "space.lr", ["'type'", "constant", "(got None)"]),
     ("space-empty", {"space": {}}, "space", ["non-empty mapping", "(got {})"]),
     ("space-a-list", {"space": ["lr"]}, "space", ["non-empty mapping", "(got ['lr'])"]),
     ("reserved-param-prefix", {"space.hps_lr": {"type": "float", "low": 0.1, "high": 0.2}},
@@ -332,8 +338,10 @@ BAD_VALUES = [
      ["one of max, min", "(got 'maximize')"]),
     ("metric-empty", {"objective.metric": "  "}, "objective.metric",
      ["non-empty string", "(got '  ')"]),
-    ("sampler-unknown", {"search.sampler": "grid"}, "search.sampler",
-     ["one of tpe, random", "(got 'grid')"]),
+    ("sampler-unknown", {"search.sampler": "hyperopt"}, "search.sampler",
+     ["one of tpe, random, cmaes, qmc, grid", "(got 'hyperopt')"]),
+    ("grid-with-a-float", {"search.sampler": "grid"}, "search.sampler",
+     ["grid needs", "space.lr is a continuous float", "(got 'grid')"]),
     ("policy-unknown", {"pruning.policy": "hyperband"}, "pruning.policy",
      ["one of none, asha, median", "(got 'hyperband')"]),
     ("min-epochs-equal-max", {"pruning.policy": "asha", "pruning.min_epochs": 10},
@@ -768,6 +776,8 @@ RICH = minimal(
         "units": {"type": "int", "low": 8, "high": 512, "log": True},
         "layers": {"type": "int", "low": 1, "high": 9, "step": 2},
         "act": {"type": "categorical", "choices": ["relu", 1, False, 2.5, None]},
+        "channels": 16,
+        "beta": {"type": "float", "low": 0.1, "high": 0.9, "condition": {"act": ["relu", 1]}},
     },
     search={"sampler": "random", "n_trials": 7, "concurrency": 3, "seed": 11,
             "max_failures": 2},
@@ -832,3 +842,260 @@ def test_readme_documents_every_key():
     missing = [key for key, _d, _m in reference_keys() if f"`{key}`" not in text]
     assert not missing, f"README.md lacks these keys: {missing}"
 
+
+
+# ---------------------------------------------------------------------------------------
+# Objective direction.
+
+
+@pytest.mark.parametrize("metric, mode", [
+    ("val_loss", "min"), ("loss", "min"), ("train_loss", "min"), ("valError", "min"),
+    ("test_error_rate", "min"), ("val_mse", "min"), ("RMSE", "min"), ("val_mae", "min"),
+    ("perplexity", "min"), ("val_Perplexity", "min"),
+    ("val_acc", "max"), ("top1_acc", "max"), ("Accuracy", "max"), ("val_f1", "max"),
+    ("F1_macro", "max"), ("roc_auc", "max"), ("AUC", "max"), ("precision@5", "max"),
+    ("val_recall", "max"),
+])
+def test_mode_is_inferred_from_the_metric_name(metric, mode):
+    assert mode_from_metric(metric) == mode
+    config = validate(with_set(objective={"metric": metric}))
+    assert config.objective.mode == mode
+    assert config.warnings == ()
+    assert config.to_dict()["objective"] == {"metric": metric, "mode": mode}
+
+
+@pytest.mark.parametrize("metric", ["score", "reward", "val_ndcg", "acc_loss", "f1_error"])
+def test_a_metric_name_that_does_not_say_needs_a_mode(metric):
+    assert mode_from_metric(metric) is None
+    err = config_error(with_set(objective={"metric": metric}))
+    assert_names(err, "objective.mode", "is required", repr(metric), "set max or min")
+    assert validate(with_set(objective={"metric": metric, "mode": "min"})).objective.mode == "min"
+
+
+@pytest.mark.parametrize("metric, mode, usual", [("val_loss", "max", "minimised"),
+                                                ("val_acc", "min", "maximised")])
+def test_a_mode_that_contradicts_the_name_is_a_warning(metric, mode, usual):
+    config = validate(with_set(objective={"metric": metric, "mode": mode}))
+    assert config.objective.mode == mode  # as told
+    (warning,) = config.warnings
+    assert warning.startswith("objective.mode: ")
+    assert f"{mode} contradicts the metric name {metric!r}" in warning and usual in warning
+    assert "\n" not in warning
+
+
+def test_warnings_are_not_a_key_and_do_not_change_equality():
+    config = validate(with_set(objective={"metric": "val_loss", "mode": "max"}))
+    assert "warnings" not in config.to_dict()
+    assert validate(config.to_dict()) == config
+    assert_names(config_error(minimal(warnings=["x"])), "warnings", "unknown key")
+
+
+# ---------------------------------------------------------------------------------------
+# Unknown keys: a key of another section is suggested by its dotted name.
+
+
+@pytest.mark.parametrize("raw_key, suggested", [
+    ("n_trials", "search.n_trials"), ("seed", "search.seed"), ("cpu", "resources.cpu"),
+    ("min_epochs", "pruning.min_epochs"), ("n_trial", "search.n_trials"),
+    ("max_cost", "budget.max_cost"),
+])
+def test_a_section_key_given_at_the_top_suggests_its_dotted_name(raw_key, suggested):
+    err = config_error(apply_overrides(MINIMAL, [f"{raw_key}=4"]))
+    assert_names(err, raw_key, "unknown key", f"did you mean '{suggested}'?")
+
+
+def test_a_key_in_the_wrong_section_suggests_the_right_one():
+    err = config_error(with_set(search__min_epochs=2))
+    assert_names(err, "search.min_epochs", "did you mean 'pruning.min_epochs'?")
+
+
+# ---------------------------------------------------------------------------------------
+# Bounds the corpus found.
+
+
+def test_max_epochs_has_a_sane_bound():
+    assert validate(with_set(max_epochs=MAX_EPOCHS)).max_epochs == MAX_EPOCHS
+    err = config_error(with_set(max_epochs=1_000_000_000))
+    assert_names(err, "max_epochs", f"must be <= {MAX_EPOCHS}", "(got 1000000000)")
+
+
+@pytest.mark.parametrize("max_epochs, min_epochs, field, fragment", [
+    (10, 9, "pruning.min_epochs", "must be <= 8 with cost_aware"),
+    (20, 18, "pruning.min_epochs", "must be <= 17 with cost_aware"),
+    (2, 1, "max_epochs", "could never stop a trial"),
+])
+def test_cost_aware_that_could_never_decide_is_refused(max_epochs, min_epochs, field, fragment):
+    # These were accepted: min_epochs < max_epochs, but cost_aware makes no decision in
+    # the last tenth of the epochs (nor before epoch 2).
+    err = config_error(with_set(max_epochs=max_epochs, pruning__policy="cost_aware",
+                                pruning__min_epochs=min_epochs))
+    assert_names(err, field, fragment)
+    # One epoch earlier it can decide, and asha/median can too.
+    if field == "pruning.min_epochs":
+        validate(with_set(max_epochs=max_epochs, pruning__policy="cost_aware",
+                          pruning__min_epochs=min_epochs - 1))
+    validate(with_set(max_epochs=max_epochs, pruning__policy="asha",
+                      pruning__min_epochs=min_epochs))
+
+
+def test_cost_aware_decision_bound_matches_the_policy():
+    from hpsearch.policy import FINISH_SHARE
+
+    # The last epoch config accepts for min_epochs is the last one at which the policy
+    # does not continue unconditionally for being near the end (brute force here).
+    for epochs in (3, 10, 20, 37, 101):
+        last = max(e for e in range(1, epochs + 1) if epochs - e > FINISH_SHARE * epochs)
+        validate(with_set(max_epochs=epochs, pruning__policy="cost_aware",
+                          pruning__min_epochs=last))
+        if last + 1 < epochs:
+            config_error(with_set(max_epochs=epochs, pruning__policy="cost_aware",
+                                  pruning__min_epochs=last + 1))
+
+
+# ---------------------------------------------------------------------------------------
+# CPU reservations a Lightning trial would not honour.
+
+
+@pytest.mark.parametrize("cpu, gpu, devices, ok", [
+    (1, 0, None, True), (4, 0, None, True), (1.5, 0, None, True), (2, 0, 2, True),
+    (0.001, 0, None, False), (0.5, 0, None, False), (1, 0, 2, False), (1.5, 0, 2, False),
+    (0.5, 0.5, None, True), (0.25, 1, None, True),
+])
+def test_cpu_only_trials_reserve_whole_cores(cpu, gpu, devices, ok):
+    config = validate(with_set(resources={"cpu": cpu, "gpu": gpu, "devices": devices}))
+    if ok:
+        check_training_cpus(config)
+        return
+    with pytest.raises(ConfigError) as info:
+        check_training_cpus(config)
+    assert_names(info.value, "resources.cpu", "at least one whole core",
+                 "max(1, int(cpu / processes))", f"(got {float(cpu)!r})")
+
+
+# ---------------------------------------------------------------------------------------
+# Storage URLs: checked without connecting.
+
+
+def test_storage_check_accepts_installed_drivers(tmp_path):
+    check_storage(f"sqlite:///{tmp_path / 'x.db'}")
+    check_storage("sqlite:///relative.db")
+
+
+@pytest.mark.parametrize("url, fragments", [
+    ("foo://host/db", ["unknown database scheme 'foo'"]),
+    ("postgresql+psycopg2://user:secret@host/db",
+     ["driver 'psycopg2' is not installed", "pip install psycopg2-binary",
+      "(got 'postgresql+psycopg2://user:***@host/db')"]),
+    ("mysql+nosuchdriver://h/db", ["unknown database scheme 'mysql+nosuchdriver'"]),
+    ("postgresql+asyncpg://h/db", ["asynchronous"]),
+    ("sqlite://", ["in-memory"]),
+    ("sqlite:////no/such/folder/x.db", ["folder", "does not exist"]),
+    ("not a url://", ["not a database URL"]),
+])
+def test_storage_check_names_the_problem(url, fragments):
+    pytest.importorskip("sqlalchemy")
+    with pytest.raises(ConfigError) as info:
+        check_storage(url)
+    assert_names(info.value, "storage", *fragments)
+    assert "secret" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------
+# Samplers.
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "qmc"])
+def test_every_sampler_accepts_any_space(sampler):
+    assert validate(with_set(search__sampler=sampler)).search.sampler == sampler
+
+
+GRID_SPACE = {"opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+              "layers": {"type": "int", "low": 1, "high": 3}, "channels": 16}
+
+
+def test_grid_runs_at_most_one_trial_per_point():
+    config = validate(minimal(space=GRID_SPACE, search={"sampler": "grid", "n_trials": 6}))
+    assert config.search.n_trials == 6 and config.warnings == ()
+    config = validate(minimal(space=GRID_SPACE, search={"sampler": "grid", "n_trials": 16}))
+    assert config.search.n_trials == 6
+    (warning,) = config.warnings
+    assert warning.startswith("search.n_trials: 16 is more than the grid's 6 configuration(s)")
+
+
+# ---------------------------------------------------------------------------------------
+# YAML: duplicate keys and depth.
+
+
+@pytest.mark.parametrize("text, field, line, first", [
+    ("name: a\nname: b\n", "name", 2, 1),
+    ("space:\n  lr: {type: float, low: 0.1, high: 0.2}\n  opt: {type: const, value: 1}\n"
+     "  lr: {type: float, low: 0.1, high: 0.3}\n", "space.lr", 4, 2),
+    ("space:\n  lr:\n    type: float\n    low: 0.1\n    low: 0.2\n", "space.lr.low", 5, 4),
+    ("search: {seed: 1, seed: 2}\n", "search.seed", 1, 1),
+    ("a:\n  - {x: 1}\n  - {y: 1, y: 2}\n", "a[1].y", 3, 3),
+    ("1: a\n1.0: b\n", "1.0", 2, 1),
+])
+def test_duplicate_keys_are_refused_with_path_and_line(tmp_path, text, field, line, first):
+    with pytest.raises(ConfigError) as info:
+        read_yaml(write(tmp_path, text))
+    assert_names(info.value, field, f"duplicate key at line {line} (first at line {first})")
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    text = "base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\n"
+    assert read_yaml(write(tmp_path, text))["other"] == {"x": 1, "y": 3}
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 500, 5000])
+def test_deeply_nested_yaml_is_one_error(tmp_path, levels):
+    text = "name: x\nspace:\n  x:\n    type: categorical\n    choices: " + "[" * levels + \
+        "]" * levels + "\n"
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    assert f"nested deeper than {MAX_DEPTH} levels" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_deeply_nested_block_yaml_is_one_error(tmp_path):
+    text = "".join("  " * i + "k:\n" for i in range(3000))
+    with pytest.raises(ConfigError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        load(write(tmp_path, text))
+
+
+def test_deeply_nested_mapping_source_is_one_error():
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(20_000):
+        node["k"] = {}
+        node = node["k"]
+    with pytest.raises(ConfigError) as info:
+        load(minimal(extra=deep))
+    assert f"nested deeper than {MAX_DEPTH} levels" in str(info.value)
+
+
+def test_a_value_too_large_to_show_is_abridged_in_the_error():
+    err = config_error(with_set(space__lr={"type": "categorical", "choices": list(range(10**5))},
+                                space__units=list(range(10**5))))
+    assert err.field == "space.units"
+    assert len(str(err)) < 600
+
+
+@pytest.mark.timeout(60)
+def test_a_file_with_many_choices_loads_in_linear_time(tmp_path):
+    # 300k choices: about 2 s, nearly all of it YAML parsing (libyaml); a quadratic check
+    # would need hours. (2M choices: validation 0.5 s, YAML parsing 10-20 s here.)
+    n = 300_000
+    text = ("name: big\ntrainable: pkg.mod:build\nobjective: {metric: val_acc}\n"
+            "max_epochs: 3\nspace:\n  x:\n    type: categorical\n    choices: ["
+            + ", ".join(map(str, range(n))) + "]\n")
+    config = load(write(tmp_path, text))
+    assert len(config.space["x"].choices) == n
+
+
+def test_a_median_pruner_that_would_wait_for_every_trial_is_a_warning():
+    config = validate(with_set(pruning__policy="median", pruning__startup_trials=5,
+                               search__n_trials=5))
+    (warning,) = config.warnings
+    assert warning.startswith("pruning.startup_trials: 5 >= search.n_trials (5)")
+    assert validate(with_set(pruning__policy="median", pruning__startup_trials=4,
+                             search__n_trials=5)).warnings == ()

@@ -14,7 +14,8 @@ from hpsearch.adapters.study import StudyRecorder
 from hpsearch.gpuuse import GpuUse
 
 from .test_report import money, record, study_info
-from .test_study import RAW, result
+from .test_study import RAW
+from .test_study import report as epoch_report
 
 
 def test_combine_weights_utilisation_by_sampled_seconds_and_keeps_the_peaks():
@@ -66,22 +67,22 @@ def gpu(attempt: str, util: float, seconds: float, mem: float) -> dict:
 def test_recorder_combines_the_attempts_of_a_trial_across_a_driver_restart(url):
     config = config_mod.load(RAW)
     first = StudyRecorder(config, url)
-    first.ask("a")
-    first.report("a", result(1, 0.4, **gpu("p1", 50.0, 10.0, 1000.0)))
-    first.report("a", result(2, 0.5, **gpu("p1", 70.0, 20.0, 1200.0)))  # p1 so far
+    first.ask()
+    first.record_epoch(epoch_report(0, 1, 0.4, **gpu("p1", 50.0, 10.0, 1000.0)))
+    first.record_epoch(epoch_report(0, 2, 0.5, **gpu("p1", 70.0, 20.0, 1200.0)))  # p1 so far
     attrs = first.study.trials[0].user_attrs
     assert attrs[keys.ATTR_GPU_UTIL] == pytest.approx(70.0)
     assert attrs[keys.ATTR_GPU_SAMPLED_S] == 20.0
     # A restarted process (new attempt) after a preemption.
-    first.report("a", result(3, 0.6, **gpu("p2", 10.0, 20.0, 900.0)))
+    first.record_epoch(epoch_report(0, 3, 0.6, **gpu("p2", 10.0, 20.0, 900.0)))
     attrs = first.study.trials[0].user_attrs
     assert attrs[keys.ATTR_GPU_UTIL] == pytest.approx((70 * 20 + 10 * 20) / 40)
     assert attrs[keys.ATTR_GPU_MEM_PEAK_MIB] == 1200.0
     first.close()  # the driver dies
 
     second = StudyRecorder(config, url)
-    second.resume("a2", 0)
-    second.report("a2", result(4, 0.7, **gpu("p3", 100.0, 40.0, 500.0)))
+    second.resume(0)
+    second.record_epoch(epoch_report(0, 4, 0.7, **gpu("p3", 100.0, 40.0, 500.0)))
     attrs = second.study.trials[0].user_attrs
     assert attrs[keys.ATTR_GPU_UTIL] == pytest.approx((40 * 40 + 100 * 40) / 80)
     assert attrs[keys.ATTR_GPU_SAMPLED_S] == 80.0
@@ -91,8 +92,8 @@ def test_recorder_combines_the_attempts_of_a_trial_across_a_driver_restart(url):
 
 def test_cpu_trials_get_no_gpu_attributes(url):
     recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.4, **{keys.ATTEMPT: "p1"}))
+    recorder.ask()
+    recorder.record_epoch(epoch_report(0, 1, 0.4, **{keys.ATTEMPT: "p1"}))
     assert not any(k.startswith("gpu_") for k in recorder.study.trials[0].user_attrs)
 
 

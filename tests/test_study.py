@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import pickle
+import warnings
 
 import optuna
 import pytest
@@ -14,9 +16,11 @@ from hpsearch.adapters.study import (
     StudyRecorder,
     check_compatible,
     existing_study_config,
+    sampler_seed,
     trial_seed,
 )
-from hpsearch.decisions import StopRecord
+from hpsearch.core.lifecycle import TrialState as LState
+from hpsearch.core.ports import EpochReport
 from hpsearch.errors import ConfigError
 
 RAW = {
@@ -37,150 +41,115 @@ def url(tmp_path):
     return f"sqlite:///{tmp_path / 'optuna.db'}"
 
 
-def result(epoch: int, value: float, **extra) -> dict:
-    return {keys.EPOCH: epoch, "val_acc": value, **extra}
+def report(number: int, epoch: int, value: float, epoch_s: float = 1.0,
+           **result) -> EpochReport:
+    """What the core hands the recorder for one epoch."""
+    return EpochReport(number, epoch, value, epoch_s,
+                       start_epoch=int(result.get(keys.START_EPOCH, 0)),
+                       node=result.get(keys.NODE_ID), result=result)
 
 
 def test_ask_gives_params_in_the_space_and_a_stable_seed(url):
     config = config_mod.load(RAW)
     recorder = StudyRecorder(config, url)
-    numbers = []
+    seen = []
     for i in range(5):
-        number, params, seed = recorder.ask(f"ray-{i}")
+        number, params, seed = recorder.ask()
+        assert number == i
         assert config.space.contains(params)
         assert seed == trial_seed(7, number)
-        numbers.append(number)
-    assert numbers == [0, 1, 2, 3, 4]
-    assert len({trial_seed(7, n) for n in range(1000)}) == 1000
+        seen.append(params)
+    assert len({p["lr"] for p in seen}) == 5
 
 
 def test_repeated_epochs_are_recorded_once(url):
     recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    for epoch, value in [(1, 0.5), (2, 0.6), (2, 0.99), (1, 0.1), (3, 0.7)]:
-        recorder.report("a", result(epoch, value))
-    assert recorder.complete("a", result(3, 0.7)) == TrialState.COMPLETE
+    number, _, _ = recorder.ask()
+    for epoch, value in [(1, 0.5), (2, 0.6), (2, 0.99), (3, 0.7)]:
+        recorder.record_epoch(report(number, epoch, value))
+    recorder.finish(number, LState.COMPLETE, 0.7, {})
     (trial,) = recorder.study.get_trials()
+    assert trial.state == TrialState.COMPLETE and trial.value == 0.7
     assert trial.intermediate_values == {1: 0.5, 2: 0.6, 3: 0.7}
-    assert trial.value == 0.7
+    assert trial.user_attrs[keys.ATTR_EPOCH_TIMES] == [1.0, 1.0, 1.0]
     assert trial.user_attrs[keys.ATTR_EPOCHS] == 3
 
 
 def test_resumed_trials_record_where_they_resumed(url):
     recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.5, **{keys.START_EPOCH: 0}))
-    recorder.report("a", result(2, 0.6, **{keys.START_EPOCH: 1}))
-    recorder.report("a", result(3, 0.7, **{keys.START_EPOCH: 1}))
-    recorder.complete("a", None)
+    number, _, _ = recorder.ask()
+    recorder.record_epoch(report(number, 1, 0.5, **{keys.START_EPOCH: 0}))
+    recorder.record_epoch(report(number, 2, 0.6, **{keys.START_EPOCH: 1}))
+    recorder.record_epoch(report(number, 3, 0.7, **{keys.START_EPOCH: 1}))
+    recorder.finish(number, LState.COMPLETE, 0.7, {})
     assert recorder.study.trials[0].user_attrs[keys.ATTR_RESUMED_FROM] == [1]
 
 
-def test_stopped_trial_is_pruned_with_its_reason(url):
+@pytest.mark.parametrize("state, told", [
+    (LState.PRUNED, TrialState.PRUNED), (LState.BUDGET_STOPPED, TrialState.PRUNED),
+    (LState.FAILED, TrialState.FAIL)])
+def test_final_states_are_told_with_their_attributes_and_curve(url, state, told):
     recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.2))
-    recorder.mark_stopped("a", StopRecord("asha", 1, "below the rung"))
-    assert recorder.complete("a", result(1, 0.2)) == TrialState.PRUNED
+    number, _, _ = recorder.ask()
+    recorder.record_epoch(report(number, 1, 0.2))
+    recorder.finish(number, state, None, {keys.ATTR_STOP_REASON: "asha: below the rung",
+                                          keys.ATTR_LIFECYCLE: state.value})
     trial = recorder.study.trials[0]
-    assert trial.state == TrialState.PRUNED
-    assert trial.value == 0.2  # Optuna keeps a pruned trial's last reported value
-    assert trial.user_attrs[keys.ATTR_STOP_REASON] == "asha: below the rung"
-
-
-def test_failed_trial_keeps_its_error_and_its_curve(url):
-    recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.2))
-    assert recorder.fail("a", "RuntimeError: boom") == TrialState.FAIL
-    trial = recorder.study.trials[0]
-    assert trial.state == TrialState.FAIL
-    assert trial.user_attrs[keys.ATTR_ERROR] == "RuntimeError: boom"
+    assert trial.state == told
     assert trial.intermediate_values == {1: 0.2}
-    # A second end for the same trial is ignored, not an Optuna error.
-    assert recorder.complete("a", result(2, 0.3)) is None
-
-
-def test_trial_that_never_reported_is_fail(url):
-    recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    assert recorder.complete("a", {}) == TrialState.FAIL
-    assert "without reporting" in recorder.study.trials[0].user_attrs[keys.ATTR_ERROR]
+    assert trial.user_attrs[keys.ATTR_STOP_REASON] == "asha: below the rung"
+    # What a continued run reads back.
+    (history,) = recorder.histories()
+    assert history.state is state and history.values == {1: 0.2}
 
 
 def test_a_new_driver_resumes_trials_left_running_with_their_history(url):
     config = config_mod.load(RAW)
     first = StudyRecorder(config, url)
-    number, params, seed = first.ask("a")
-    first.report("a", result(1, 0.4))
-    first.report("a", result(2, 0.5))
-    first.ask("b")
-    first.complete("b", result(4, 0.9))
+    number, params, seed = first.ask()
+    first.record_epoch(report(number, 1, 0.4, epoch_s=2.0))
+    first.record_epoch(report(number, 2, 0.5, epoch_s=3.0))
+    first.set_attrs(number, {keys.ATTR_PREEMPTIONS: 1})
+    other, _, _ = first.ask()
+    first.finish(other, LState.COMPLETE, 0.9, {})
     first.study.enqueue_trial({"lr": 0.01, "opt": "sgd"})
     first.close()  # the driver dies: trial 0 stays RUNNING
 
     second = StudyRecorder(config, url)
-    assert second.unfinished_numbers() == [0]
+    histories = {h.number: h for h in second.histories()}
+    assert histories[0].state is LState.RUNNING and histories[1].state is LState.COMPLETE
+    assert 2 not in histories  # Optuna's WAITING trial is not one of ours yet
+    assert histories[0].values == {1: 0.4, 2: 0.5}
+    assert histories[0].epoch_times_s == [2.0, 3.0] and histories[0].preemptions == 1
     assert second.finished_count() == 1
-    assert second.resume("a2", 0) == (number, params, seed)
-    second.report("a2", result(2, 0.99))  # re-sent after the restart: ignored
-    second.report("a2", result(3, 0.6, **{keys.START_EPOCH: 2}))
-    assert second.complete("a2", result(4, 0.7)) == TrialState.COMPLETE
+    assert second.resume(0) == (params, seed)
+    second.record_epoch(report(0, 2, 0.99))  # re-sent after the restart: ignored
+    second.record_epoch(report(0, 3, 0.6, **{keys.START_EPOCH: 2}))
+    second.finish(0, LState.COMPLETE, 0.7, {})
     trial = second.study.trials[0]
-    assert trial.intermediate_values == {1: 0.4, 2: 0.5, 3: 0.6, 4: 0.7}
+    assert trial.intermediate_values == {1: 0.4, 2: 0.5, 3: 0.6}
     assert trial.user_attrs[keys.ATTR_RESUMED_FROM] == [2]
-    assert trial.user_attrs[keys.ATTR_RAY_TRIAL_ID] == "a2"
+    assert trial.user_attrs[keys.ATTR_EPOCH_TIMES] == [2.0, 3.0, 1.0]
     # The enqueued trial waits for the next ask.
-    assert second.ask("c")[:2] == (2, {"lr": 0.01, "opt": "sgd"})
+    assert second.ask()[:2] == (2, {"lr": 0.01, "opt": "sgd"})
 
 
-def test_a_detached_trial_stays_running_until_restarted(url):
-    recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.4))
-    assert recorder.detach("a", {keys.ATTR_PREEMPTIONS: 1}) == 0
-    assert recorder.unfinished() == []
-    assert recorder.unfinished_numbers() == [0]
-    assert recorder.attr(0, keys.ATTR_PREEMPTIONS) == 1
-    recorder.resume("b", 0)
-    recorder.report("b", result(2, 0.6))
-    assert recorder.complete("b", result(2, 0.6)) == TrialState.COMPLETE
-    assert recorder.study.trials[0].intermediate_values == {1: 0.4, 2: 0.6}
-
-
-def test_a_trial_waiting_for_a_restart_can_be_pruned(url):
-    recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.4))
-    recorder.detach("a")
-    recorder.prune_waiting(0, StopRecord("budget", 1, "budget.max_cost reached"))
-    trial = recorder.study.trials[0]
-    assert trial.state == TrialState.PRUNED
-    assert trial.user_attrs[keys.ATTR_STOP_REASON] == "budget: budget.max_cost reached"
-
-
-def test_continued_random_sampler_does_not_replay_the_first_draws(url):
+def test_a_paused_trial_is_read_back_as_paused(url):
     config = config_mod.load(RAW)
     first = StudyRecorder(config, url)
-    drawn = [first.ask(f"a{i}")[1] for i in range(3)]
-    for i in range(3):
-        first.complete(f"a{i}", result(4, 0.5))
-    second = StudyRecorder(config, url)
-    again = [second.ask(f"b{i}")[1] for i in range(3)]
-    assert drawn != again
+    number, _, _ = first.ask()
+    first.record_epoch(report(number, 1, 0.4))
+    first.set_attrs(number, {keys.ATTR_LIFECYCLE: LState.PAUSED.value})
+    first.close()
+    (history,) = StudyRecorder(config, url).histories()
+    assert history.state is LState.PAUSED
 
 
-def test_recorder_survives_pickling_with_its_live_trials(url):
+def test_the_recorder_pickles_as_an_inert_shell(url):
+    # Ray Tune pickles its experiment's objects; hpsearch never restores from them.
     recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.4))
-    recorder.mark_stopped("a", StopRecord("median", 1, "below median"))
     clone = pickle.loads(pickle.dumps(recorder))
-    clone.report("a", result(1, 0.99))  # already recorded: ignored
-    assert clone.complete("a", result(1, 0.4)) == TrialState.PRUNED
-    trial = optuna.load_study(study_name="unit", storage=url).trials[0]
-    assert trial.intermediate_values == {1: 0.4}
-    assert trial.state == TrialState.PRUNED
+    assert not hasattr(clone, "study")
 
 
 def test_existing_study_config_and_compatibility(url):
@@ -202,11 +171,148 @@ def test_direction_of_an_existing_study_must_match(url):
         StudyRecorder(config_mod.load(RAW, {"objective.mode": "min"}), url)
 
 
-def test_nan_final_value_is_fail_with_a_reason(url):
-    recorder = StudyRecorder(config_mod.load(RAW), url)
-    recorder.ask("a")
-    recorder.report("a", result(1, 0.3))
-    assert recorder.complete("a", result(2, float("nan"))) == TrialState.FAIL
-    trial = recorder.study.trials[0]
-    assert trial.state == TrialState.FAIL
-    assert trial.user_attrs[keys.ATTR_ERROR] == "final val_acc is NaN"
+# ---------------------------------------------------------------------------------------
+# Samplers: a continued study proposes what the uninterrupted one would have.
+
+MIXED_SPACE = {
+    "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    "units": {"type": "int", "low": 8, "high": 64},
+    "drop": {"type": "float", "low": 0.0, "high": 0.5},
+    "opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+    "channels": 16,
+}
+GRID = {"opt": {"type": "categorical", "choices": ["adam", "sgd", "rmsprop"]},
+        "layers": {"type": "int", "low": 1, "high": 4}, "channels": 16}
+
+
+def value_of(params: dict) -> float:
+    """A deterministic objective, so that both histories are identical."""
+    return (-abs(math.log10(params.get("lr", 0.01)) + 2) + params.get("units", 0) / 64
+            + params.get("drop", 0.0) + (0.3 if params.get("opt") == "sgd" else 0.0)
+            + params.get("layers", 0) / 10)
+
+
+def ask_and_tell(recorder: StudyRecorder, n: int, tag: str) -> list[dict]:
+    out = []
+    for _ in range(n):
+        number, params, _seed = recorder.ask()
+        recorder.record_epoch(report(number, 4, value_of(params)))
+        recorder.finish(number, LState.COMPLETE, value_of(params), {})
+        out.append(params)
+    return out
+
+
+@pytest.mark.parametrize("sampler, space, first, then", [
+    ("tpe", MIXED_SPACE, 12, 6),  # past TPE's 10 random start-up trials
+    ("random", MIXED_SPACE, 5, 5),
+    ("cmaes", MIXED_SPACE, 6, 6),
+    ("qmc", MIXED_SPACE, 5, 6),
+    ("grid", GRID, 5, 7),
+])
+def test_a_resumed_study_samples_like_the_uninterrupted_one(tmp_path, sampler, space,
+                                                           first, then):
+    raw = {**RAW, "space": space, "search": {"sampler": sampler, "seed": 3}}
+    config = config_mod.load(raw)
+    straight = StudyRecorder(config, f"sqlite:///{tmp_path / 'straight.db'}")
+    expected = ask_and_tell(straight, first + then, "s")
+    straight.close()
+
+    url = f"sqlite:///{tmp_path / 'resumed.db'}"
+    before = StudyRecorder(config, url)
+    got = ask_and_tell(before, first, "a")
+    before.close()  # the driver stops; a new session reopens the study
+    after = StudyRecorder(config, url)
+    got += ask_and_tell(after, then, "b")
+    after.close()
+    assert got == expected
+    assert len({tuple(sorted(p.items())) for p in got}) > 1  # it does sample
+    for params in got:
+        assert config.space.contains(params)
+    if sampler == "grid":  # every grid point once, then no crash past the grid's end
+        assert len({tuple(sorted(p.items())) for p in got}) == len(got) == 12
+
+
+def test_another_seed_gives_another_search(url):
+    a = ask_and_tell(StudyRecorder(config_mod.load(RAW), url), 3, "a")
+    other = config_mod.load({**RAW, "name": "other", "search": {"sampler": "random", "seed": 8}})
+    b = ask_and_tell(StudyRecorder(other, url), 3, "b")
+    assert a != b
+
+
+def test_conditional_params_are_absent_from_inactive_trials(url):
+    raw = {**RAW, "space": {
+        "lr": RAW["space"]["lr"],
+        "momentum": {"type": "float", "low": 0.5, "high": 0.99, "condition": {"opt": "sgd"}},
+        "opt": RAW["space"]["opt"], "channels": 16},
+        "search": {"sampler": "tpe", "seed": 0}}
+    config = config_mod.load(raw)
+    recorder = StudyRecorder(config, url)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the experimental `group` warning is handled
+        drawn = ask_and_tell(recorder, 16, "t")
+    assert {p["opt"] for p in drawn} == {"adam", "sgd"}
+    for params, trial in zip(drawn, recorder.study.trials):
+        assert trial.params == params
+        assert ("momentum" in params) == (params["opt"] == "sgd")
+        assert params["channels"] == 16
+        if "momentum" in params:
+            assert 0.5 <= params["momentum"] <= 0.99
+    assert list(config.space) == ["lr", "opt", "momentum", "channels"]
+
+
+def test_the_study_names_its_metric(url):
+    StudyRecorder(config_mod.load({**RAW, "objective": {"metric": "val_loss"}}), url).close()
+    study = optuna.load_study(study_name="unit", storage=url)
+    assert study.metric_names == ["val_loss"]
+    assert study.direction.name == "MINIMIZE"
+
+
+def test_an_incompatible_space_names_the_keys_that_differ(url):
+    config = config_mod.load(RAW)
+    StudyRecorder(config, url).close()
+    previous = existing_study_config(url, "unit")
+    changed = config_mod.load(RAW, {"space.lr.high": 0.5, "space.opt.choices": ["adam", "rms"],
+                                    "space.units": {"type": "int", "low": 1, "high": 4}})
+    with pytest.raises(ConfigError) as info:
+        check_compatible(previous, changed)
+    text = str(info.value)
+    assert text.startswith("space: differs from the existing study 'unit' (")
+    assert "lr.high was 0.1, now 0.5" in text
+    assert "opt.choices[1] was 'sgd', now 'rms'" in text
+    assert "units added" in text
+    assert "{'type'" not in text  # not the whole dicts
+    assert "\n" not in text
+
+
+def test_many_differences_are_counted_not_listed(url):
+    StudyRecorder(config_mod.load(RAW), url).close()
+    previous = existing_study_config(url, "unit")
+    space = {f"p{i}": {"type": "int", "low": 0, "high": i + 1} for i in range(6)}
+    with pytest.raises(ConfigError, match=r"; and 5 more\)"):
+        check_compatible(previous, config_mod.load({**RAW, "space": space}))
+
+
+def test_a_changed_max_epochs_is_refused_like_a_changed_space(url):
+    StudyRecorder(config_mod.load(RAW), url).close()
+    previous = existing_study_config(url, "unit")
+    with pytest.raises(ConfigError) as info:
+        check_compatible(previous, config_mod.load(RAW, {"max_epochs": 8}))
+    assert str(info.value).startswith(
+        "max_epochs: differs from the existing study 'unit' (max_epochs was 4, now 8)")
+    check_compatible(previous, config_mod.load(RAW, {"search.n_trials": 50}))
+
+
+def test_sampler_seeds_are_spread():
+    assert len({sampler_seed(0, n) for n in range(1000)}) == 1000
+    assert sampler_seed(1, 5) != sampler_seed(2, 5)
+
+
+def test_a_changed_trainable_or_objective_is_named(url):
+    StudyRecorder(config_mod.load(RAW), url).close()
+    previous = existing_study_config(url, "unit")
+    with pytest.raises(ConfigError, match=r"^trainable: differs from the existing study 'unit' "
+                       r"\(trainable was 'hpsearch.examples.digits:build', now 'a.b:c'\)"):
+        check_compatible(previous, config_mod.load(RAW, {"trainable": "a.b:c"}))
+    with pytest.raises(ConfigError, match=r"^objective: differs .*\(metric was 'val_acc', "
+                       r"now 'val_f1'\)"):
+        check_compatible(previous, config_mod.load(RAW, {"objective.metric": "val_f1"}))

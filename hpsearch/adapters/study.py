@@ -7,13 +7,24 @@ keeps each trial's facts as user attributes, and tells the final state the core 
 COMPLETE, PRUNED (stopped by a pruning policy or the budget, with the reason) or FAIL
 (with the error text). Ray's own ``OptunaSearch`` is not used: it records stopped trials
 as COMPLETE and cannot be restored safely.
+
+Sampling is define-by-run (``study.ask()``, then :meth:`Space.suggest`), so conditional
+params are left out of trials where they are inactive. Each ask uses a sampler seeded
+from ``search.seed`` and the number of trials already in the study (QMC and grid keep
+``search.seed`` itself, their sequence's seed), so the proposal depends only on the
+study's history: a search stopped and continued proposes what the uninterrupted one
+would have.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import re
+import reprlib
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -44,12 +55,63 @@ def trial_seed(seed: int, number: int) -> int:
     return (seed * 2_654_435_761 + number * 40_503 + 1) % (2**31 - 1)
 
 
-def _sampler(config: Config, n_existing: int) -> optuna.samplers.BaseSampler:
-    # A continued run must not replay the first run's random draws: mix in the history.
-    seed = config.search.seed if n_existing == 0 else trial_seed(config.search.seed, n_existing)
-    if config.search.sampler == "random":
+def sampler_seed(seed: int, n_trials: int) -> int:
+    """The seed of the sampler that proposes a trial when the study holds ``n_trials``."""
+    return (seed * 1_000_003 + n_trials * 2_654_435_761 + 12_345) % (2**31 - 1)
+
+
+@contextlib.contextmanager
+def _accepting_experimental(feature: str):
+    """Silence Optuna's ExperimentalWarning about ``feature`` only, only in this block."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=f".*{re.escape(feature)}",
+                                category=optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's GridSampler without its ``study.stop()`` on an exhausted grid: that call
+    raises outside ``study.optimize``; hpsearch caps ``search.n_trials`` at the grid's
+    size instead (see :mod:`hpsearch.config`)."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+def make_sampler(config: Config, n_trials: int) -> optuna.samplers.BaseSampler:
+    """The sampler that proposes the next trial of a study holding ``n_trials`` trials.
+
+    Seeded from ``search.seed`` and ``n_trials``, so the same history gives the same
+    proposal in any session; every sampler keeps the rest of its state in the study
+    (TPE and random: the trials; CMA-ES: its optimizer in trial attributes; QMC: its
+    sequence position; grid: the visited points), which is why one built per ask
+    continues where the last left off.
+
+    Args:
+        config: The run's config (``search.sampler``, ``search.seed``, the space).
+        n_trials: Trials in the study before this ask, in any state.
+    """
+    search, space = config.search, config.space
+    seed = sampler_seed(search.seed, n_trials)
+    if search.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    if search.sampler == "cmaes":
+        # Categorical and conditional params go to its independent (random) sampler;
+        # the README says so, so the per-param warning would only be noise.
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if search.sampler == "qmc":
+        with _accepting_experimental("QMCSampler"):
+            return optuna.samplers.QMCSampler(
+                scramble=True, seed=search.seed, warn_independent_sampling=False,
+                independent_sampler=optuna.samplers.RandomSampler(seed=seed))
+    if search.sampler == "grid":
+        return _GridSampler(space.grid(), seed=search.seed)
+    conditional = space.is_conditional
+    # group=True lets TPE model each set of params that occur together (a conditional
+    # space) jointly instead of falling back to independent sampling.
+    with _accepting_experimental("``group``"):
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True,
+                                          multivariate=conditional, group=conditional)
 
 
 def existing_study_config(url: str, name: str) -> dict[str, Any] | None:
@@ -66,17 +128,63 @@ def existing_study_config(url: str, name: str) -> dict[str, Any] | None:
         storage.engine.dispose()
 
 
+#: Config keys a continued study must keep: its trials were sampled, trained and judged
+#: with them.
+COMPATIBLE_KEYS = ("space", "objective", "trainable", "max_epochs")
+
+_short = reprlib.Repr()
+_short.maxlist = _short.maxdict = 6
+_short.maxstring = _short.maxother = 60
+
+
+def differences(before: Any, now: Any, path: str = "") -> list[str]:
+    """What changed from ``before`` to ``now`` (plain data), one phrase per leaf:
+    ``lr.high was 0.1, now 0.5``, ``momentum added``, ``opt.choices[1] was 'sgd', now
+    'rmsprop'``."""
+    def at(key: Any) -> str:
+        return f"{path}.{key}" if path else str(key)
+
+    if isinstance(before, dict) and isinstance(now, dict):
+        out = [f"{at(k)} removed" for k in before if k not in now]
+        for k, value in now.items():
+            if k not in before:
+                out.append(f"{at(k)} added")
+            else:
+                out.extend(differences(before[k], value, at(k)))
+        return out
+    if isinstance(before, list) and isinstance(now, list) and before != now:
+        if len(before) != len(now):
+            return [f"{path or 'value'} has {len(now)} item(s), was {len(before)}"]
+        i = next(i for i, (b, n) in enumerate(zip(before, now)) if b != n)
+        return differences(before[i], now[i], f"{path}[{i}]")
+    if before != now:
+        return [f"{path or 'value'} was {_short.repr(before)}, now {_short.repr(now)}"]
+    return []
+
+
 def check_compatible(previous: dict[str, Any], config: Config) -> None:
-    """Raise ConfigError if ``config`` cannot continue a study recorded with ``previous``."""
+    """Raise ConfigError if ``config`` cannot continue a study recorded with ``previous``.
+
+    The space, objective, trainable and ``max_epochs`` must be those the study was run
+    with; the error names the keys that differ (at most three, then a count).
+    """
     current = config.to_dict()
-    for key in ("space", "objective", "trainable"):
-        if key in previous and previous[key] != current[key]:
-            raise ConfigError(
-                key,
-                f"differs from the existing study '{config.name}' "
-                f"({previous[key]!r}); use another --run-dir or name to start afresh",
-                current[key],
-            )
+    for key in COMPATIBLE_KEYS:
+        if key not in previous:
+            continue
+        scalar = not isinstance(current[key], dict)
+        changed = differences(previous[key], current[key], key if scalar else "")
+        if not changed:
+            continue
+        shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more"
+                                          if len(changed) > 3 else "")
+        why = (": its trials were trained, and are compared, over that many epochs"
+               if key == "max_epochs" else "")
+        raise ConfigError(
+            key,
+            f"differs from the existing study '{config.name}' ({shown}){why}; use another "
+            "--run-dir or name to start afresh",
+        )
 
 
 @dataclass
@@ -120,7 +228,7 @@ class StudyRecorder:
             storage=self.storage,
             study_name=config.name,
             direction=direction,
-            sampler=_sampler(config, n_existing),
+            sampler=make_sampler(config, n_existing),
             load_if_exists=True,
         )
         if self.study.direction.name.lower() != direction:
@@ -130,11 +238,13 @@ class StudyRecorder:
                 config.objective.mode,
             )
         self.study.set_user_attr(keys.ATTR_CONFIG, config.to_dict())
+        # The dashboard then labels the objective `val_loss`, not "Objective 0".
+        with _accepting_experimental("set_metric_names"):
+            self.study.set_metric_names([config.objective.metric])
         from hpsearch import __version__
 
         self.study.set_user_attr(keys.ATTR_HPSEARCH_VERSION, __version__)
         self._study_id = self.storage.get_study_id_from_name(config.name)
-        self._distributions = config.space.to_optuna()
         self._handles: dict[int, _Handle] = {}
         self._lock = threading.Lock()
 
@@ -150,13 +260,20 @@ class StudyRecorder:
     # -- the StudyPort ------------------------------------------------------------------
 
     def ask(self) -> tuple[int, dict[str, Any], int]:
-        """Start a new Optuna trial: ``(number, params, seed)``."""
+        """Start a new Optuna trial: ``(number, params, seed)``.
+
+        The params are the active ones only (an inactive conditional param is absent);
+        the proposal depends on ``search.seed`` and the study's trials, not on the session.
+        """
         with self._lock:
-            trial = self.study.ask(self._distributions)
+            n_trials = len(self.study.get_trials(deepcopy=False))
+            self.study.sampler = make_sampler(self.config, n_trials)
+            trial = self.study.ask()
+            params = self.config.space.suggest(trial)
             seed = trial_seed(self.config.search.seed, trial.number)
             trial.set_user_attr(keys.ATTR_SEED, seed)
             self._handles[trial.number] = _Handle(self._trial_id(trial.number))
-            return trial.number, dict(trial.params), seed
+            return trial.number, params, seed
 
     def resume(self, number: int) -> tuple[dict[str, Any], int]:
         """The params and seed of unfinished trial ``number``, about to run again."""

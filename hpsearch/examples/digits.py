@@ -62,6 +62,7 @@ class DigitsMLP(pl.LightningModule):
         dropout: float = 0.1,
         optimizer: str = "adam",
         layers: int = 1,
+        momentum: float = 0.9,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -91,16 +92,17 @@ class DigitsMLP(pl.LightningModule):
     def configure_optimizers(self):
         lr = self.hparams.lr
         if self.hparams.optimizer == "sgd":
-            return torch.optim.SGD(self.parameters(), lr=lr, momentum=0.9)
+            return torch.optim.SGD(self.parameters(), lr=lr, momentum=self.hparams.momentum)
         return torch.optim.Adam(self.parameters(), lr=lr)
 
 
 def build(params: dict[str, Any]) -> tuple[DigitsMLP, DigitsData]:
     """Build the model and data for one trial from its sampled ``params``.
 
-    Keys used: ``lr``, ``hidden``, ``dropout``, ``optimizer``, ``layers`` and
+    Keys used: ``lr``, ``hidden``, ``dropout``, ``optimizer``, ``layers``, ``momentum``
+    (SGD's, default 0.9; e.g. a param with ``condition: {optimizer: sgd}``) and
     ``batch_size``; any of them may be left out of the space (defaults apply).
     """
-    model_keys = ("lr", "hidden", "dropout", "optimizer", "layers")
+    model_keys = ("lr", "hidden", "dropout", "optimizer", "layers", "momentum")
     model = DigitsMLP(**{k: params[k] for k in model_keys if k in params})
     return model, DigitsData(batch_size=int(params.get("batch_size", 64)))
