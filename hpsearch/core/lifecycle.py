@@ -185,10 +185,8 @@ class Lifecycle:
     def check(self, number: int, event: Event) -> TrialRecord:
         """The record of ``number`` if ``event`` may happen to it now, else raise."""
         record = self.trials.get(number)
-        before = None if record is None else record.state
-        if not TRANSITIONS.get((before, event)):
-            raise LifecycleError(number, before, event)
-        assert record is not None
+        if record is None or not TRANSITIONS.get((record.state, event)):
+            raise LifecycleError(number, None if record is None else record.state, event)
         return record
 
     def in_state(self, *states: TrialState) -> list[int]:

@@ -144,12 +144,15 @@ class SearchCore:
         """What a free worker runs now (see :class:`StartKind`)."""
         if self.abort_reason is not None:
             return self._idle(self.abort_reason)
-        verdict = self.accountant.admission()
-        if verdict.admission is Admission.CLOSED:
+        stop = self.accountant.run_stop_reason()
+        verdict = None if stop is not None or self.queue else self.accountant.admission()
+        if stop is not None or (verdict is not None
+                                and verdict.admission is Admission.CLOSED):
+            reason = stop if stop is not None else verdict.reason
             if self.closed_reason is None:
-                self.closed_reason = verdict.reason
-            return self._idle(verdict.reason)
-        number = self._next_number(verdict.admission is Admission.ADMIT)
+                self.closed_reason = reason
+            return self._idle(reason)
+        number = self._next_number(verdict is None or verdict.admission is Admission.ADMIT)
         if number is None:
             return self._idle()
         spot = None
@@ -163,8 +166,9 @@ class SearchCore:
         return self._hand_out(number, spot)
 
     def _next_number(self, admitted: bool) -> int | None:
-        """The trial to start (-1 for a new one), or None; queued restarts go first and
-        do not wait for admission (their money was committed when they first started)."""
+        """The trial to start (-1 for a new one), or None. Queued restarts go first and
+        do not wait for admission (their money was committed when they first started);
+        only the budget's hard stop (spent >= ``max_cost``) holds them back."""
         if self.queue:
             return self.queue[0]
         if not admitted:
