@@ -537,11 +537,8 @@ class _Session:
         if simulated.rate_per_hour > 0 or simulated.at:
             injector = PreemptionCallback(simulated, attempts.number, preemption.simulate.signal)
 
-        def note(number: int, trial_id: str) -> str | None:
-            found = CheckpointStore(checkpoints / runner.trial_name(number)).preempted(trial_id)
-            if not found:
-                return None
-            return f"{found.get('reason', 'preempted')} at epoch {found.get('epoch')}"
+        def note(number: int, trial_id: str) -> dict | None:
+            return CheckpointStore(checkpoints / runner.trial_name(number)).preempted(trial_id)
 
         spec = trial_spec(config, self.run_path, self.price)
         trainable = tune.with_resources(

@@ -30,7 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from typing import Any, Callable
 
 
 class Notice:
@@ -193,3 +193,40 @@ class SimulatedPreemptions:
             self.at.discard((trial, epoch))
             return True
         return False
+
+
+#: Phrases of Ray's errors when a trial's node went away (a spot node taken back).
+NODE_LOST_PHRASES = ("node has died", "node was terminated", "nodediederror", "node died")
+
+
+def node_lost(error_text: str) -> bool:
+    """Whether an error's text says the trial's node went away."""
+    text = error_text.lower()
+    return any(phrase in text for phrase in NODE_LOST_PHRASES)
+
+
+def preemption_reason(*, notice: str | None = None, killed: str | None = None,
+                      note: dict[str, Any] | None = None,
+                      error_text: str = "") -> str | None:
+    """Why an attempt that is gone was preempted, or None if it was not.
+
+    The one place preemption is recognised, from every kind of evidence a backend has:
+
+    Args:
+        notice: The reason the trial reported with its last result after a notice
+            (SIGTERM, a metadata notice): it checkpointed and left.
+        killed: The reason the simulated-preemption injector gave, if it killed the
+            attempt.
+        note: The note the attempt's process left in its checkpoint folder when SIGTERM
+            reached it between two results (``{"reason", "epoch"}``).
+        error_text: The attempt's error, if it failed: a lost node is a preemption.
+    """
+    if notice:
+        return notice
+    if killed:
+        return killed
+    if note:
+        return f"{note.get('reason', 'preempted')} at epoch {note.get('epoch')}"
+    if error_text and node_lost(error_text):
+        return "its node went away"
+    return None

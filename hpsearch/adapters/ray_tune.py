@@ -35,6 +35,7 @@ from hpsearch.core.ports import EpochReport
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.decisions import Decision
 from hpsearch.errors import TrialSetupError
+from hpsearch.preemption import preemption_reason
 
 log = logging.getLogger(__name__)
 
@@ -175,40 +176,34 @@ def _load_error(trial: Any) -> tuple[BaseException | None, str]:
     return error, text
 
 
-#: Phrases of Ray's errors when a trial's node went away (a spot node taken back).
-NODE_LOST = ("node has died", "node was terminated", "nodediederror", "node died")
-
-
-def error_summary(trial: Any) -> tuple[str, bool, bool]:
-    """Why a Ray trial failed: one line, whether it was a setup error, and whether its
-    node went away."""
+def error_summary(trial: Any) -> tuple[str, bool, str]:
+    """Why a Ray trial failed: one line, whether it was a setup error, and the whole
+    error text (where a lost node shows)."""
     error, text = _load_error(trial)
     if error is not None:
         cause = getattr(error, "cause", None) or error
         setup = isinstance(cause, TrialSetupError)
-        full = f"{type(cause).__name__}: {cause}\n{error}".lower()
         lines = str(cause).strip().splitlines()
         line = lines[-1] if lines else ""
         line = line if setup else f"{type(cause).__name__}: {line.strip()}".rstrip(": ")
-        return line, setup, any(p in full for p in NODE_LOST)
+        return line, setup, f"{type(cause).__name__}: {cause}\n{error}"
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    node_lost = any(p in text.lower() for p in NODE_LOST)
-    return (lines[-1].strip() if lines else "unknown error"), False, node_lost
+    return (lines[-1].strip() if lines else "unknown error"), False, text
 
 
 class CoreCallback(_Inert, Callback):
     """Tells the core when attempts start and end; ticks the progress line.
 
-    How an attempt ended is classified in one place, :meth:`_ended` and
-    :meth:`on_trial_error`: a preemption notice in its last result (it checkpointed and
-    left), a kill by the simulated-preemption injector, a preemption note its process
-    left in its checkpoint folder, or a lost node are preemptions; any other error is a
-    failure; the rest is a normal end.
+    How an attempt ended is decided by :func:`hpsearch.preemption.preemption_reason`
+    from the evidence gathered here: a preemption notice in its last result (it
+    checkpointed and left), a kill by the simulated-preemption injector, a preemption
+    note its process left in its checkpoint folder, or a lost node are preemptions; any
+    other error is a failure; the rest is a normal end.
 
     Args:
         core: The search core.
         attempts: The attempt map shared with the searcher and scheduler.
-        preempted_note: ``(number, trial_id) -> reason or None``: the note a trial's
+        preempted_note: ``(number, trial_id) -> note or None``: the note a trial's
             process left when SIGTERM reached it (read from its checkpoint store).
         injector: The simulated-preemption callback (its kills are preemptions), or None.
         tick: Called with the number of running attempts after each controller step.
@@ -231,10 +226,10 @@ class CoreCallback(_Inert, Callback):
         number = self.attempts.release(trial.trial_id)
         if number is None:
             return  # taken off the queue by the watchdog, already told
-        last = trial.last_result or {}
-        if last.get(keys.PREEMPTED):
+        notice = (trial.last_result or {}).get(keys.PREEMPTED)
+        if notice:
             # A notice: the trial checkpointed its last epoch and left; nothing is lost.
-            self.core.preempted(number, str(last[keys.PREEMPTED]), saved=True)
+            self.core.preempted(number, str(notice), saved=True)
         else:
             self.core.ended(number)
 
@@ -242,23 +237,15 @@ class CoreCallback(_Inert, Callback):
         number = self.attempts.release(trial.trial_id)
         if number is None:
             return
-        text, setup, node_lost = error_summary(trial)
-        preempted = None if setup else self._preempted_because(trial, number, node_lost)
-        if preempted:
-            self.core.preempted(number, preempted)
+        text, setup, full = error_summary(trial)
+        reason = None if setup else preemption_reason(
+            killed=self.injector.was_killed(trial.trial_id) if self.injector else None,
+            note=self.preempted_note(number, trial.trial_id) if self.preempted_note else None,
+            error_text=full)
+        if reason:
+            self.core.preempted(number, reason)
         else:
             self.core.failed(number, text, setup=setup)
-
-    def _preempted_because(self, trial: Any, number: int, node_lost: bool) -> str | None:
-        if self.injector is not None:
-            reason = self.injector.was_killed(trial.trial_id)
-            if reason:
-                return reason
-        if self.preempted_note is not None:
-            note = self.preempted_note(number, trial.trial_id)
-            if note:
-                return note
-        return "its node went away" if node_lost else None
 
     def on_step_end(self, iteration, trials, **info) -> None:
         if self.tick is not None:
