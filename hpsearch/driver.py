@@ -27,24 +27,14 @@ from typing import Any, Callable, Mapping
 from hpsearch import config as config_mod
 from hpsearch import keys
 from hpsearch.budget import fmt_money
-from hpsearch.errors import ConfigError, HpsearchError
+from hpsearch.errors import ConfigError, RunAborted, RunFailed, RunInterrupted
 from hpsearch.ledger import FAILED, PREEMPTED
 from hpsearch.progress import Progress, top_table
 
 log = logging.getLogger("hpsearch")
 
-
-
-class RunAborted(HpsearchError):
-    """The run stopped because every trial would fail the same way (a setup error)."""
-
-    exit_code = ConfigError.exit_code
-
-
-class RunInterrupted(HpsearchError):
-    """The run was interrupted (Ctrl-C); finished trials are kept in the study."""
-
-    exit_code = 130
+__all__ = ["run", "RunResult", "RunAborted", "RunFailed", "RunInterrupted",
+           "LightningBackend"]
 
 
 @dataclass
@@ -206,8 +196,13 @@ def _next_session(tune_dir: Path) -> str:
     return f"session-{n}"
 
 
-#: Loggers whose records go to hpsearch.log only (Tune prints every trial's traceback).
-_FILE_ONLY_LOGGERS = ("ray.tune", "ray.train")
+#: Loggers whose records go to hpsearch.log only: Tune prints every trial's traceback,
+#: and the driver's core worker (``ray._private.worker``) logs an "Unhandled error"
+#: block with the traceback whenever an object ref holding a trial's error is collected;
+#: hpsearch says what failed in one line of its own.
+_FILE_ONLY_LOGGERS = ("ray.tune", "ray.train", "ray._private.worker")
+#: Each file-only logger's (level, propagate) before the run, restored after it.
+_saved_loggers: dict[str, tuple[int, bool]] = {}
 
 
 def _attach_log(run_dir: Path) -> logging.Handler:
@@ -217,6 +212,7 @@ def _attach_log(run_dir: Path) -> logging.Handler:
     logging.getLogger("hpsearch").setLevel(logging.INFO)
     for name in _FILE_ONLY_LOGGERS:
         logger = logging.getLogger(name)
+        _saved_loggers.setdefault(name, (logger.level, logger.propagate))
         logger.addHandler(handler)
         logger.setLevel(logging.WARNING)
         logger.propagate = False
@@ -234,7 +230,9 @@ def _detach_log(handler: logging.Handler) -> None:
     for name in _FILE_ONLY_LOGGERS:
         logger = logging.getLogger(name)
         logger.removeHandler(handler)
-        logger.propagate = True
+        level, propagate = _saved_loggers.pop(name, (logging.NOTSET, True))
+        logger.setLevel(level)
+        logger.propagate = propagate
     handler.close()
 
 
@@ -279,11 +277,18 @@ class LightningBackend:
     (sampler, pruning policy, cost model, budget, study) runs unchanged on them.
     """
 
+    def __init__(self, function: Callable[..., Any] | None = None):
+        #: The build function given to ``run(trainable=...)`` as an object, or None.
+        self.function = function
+
     def check(self, config) -> None:
         """Validate what this backend needs before anything is written."""
-        from hpsearch.trainable import resolve
+        from hpsearch.trainable import check_function, resolve
 
-        resolve(config.trainable)
+        if self.function is not None:
+            check_function(self.function)
+        else:
+            resolve(config.trainable)
 
     def trainable(self, spec):
         from hpsearch.adapters import runner
@@ -311,6 +316,7 @@ def run(
     emit: Callable[[str], None] | None = print,
     progress_interval_s: float = 10.0,
     backend: Any = None,
+    trainable: str | Callable[..., Any] | None = None,
 ) -> RunResult:
     """Run (or continue) a search: the Python form of ``python -m hpsearch run``.
 
@@ -323,21 +329,34 @@ def run(
         emit: Receives progress lines; ``None`` for silence.
         progress_interval_s: Least seconds between two status lines.
         backend: How trials run; default :class:`LightningBackend` (for benchmarks).
+        trainable: The build function itself (a notebook's or a script's, cloudpickled
+            to the trial processes), or an import path; replaces the ``trainable`` key,
+            which may then be left out. A function is recorded in the study's config as
+            ``module:qualname`` (see :func:`hpsearch.trainable.display_name`), so a later
+            run with the same function continues the study.
 
     Returns:
         A :class:`RunResult` with the study, the best trial and the run dir.
 
     Raises:
         ConfigError: Bad input; nothing was written.
-        RunAborted: Trials cannot run as configured (e.g. the objective is never logged).
+        RunAborted: A trial broke the trainable's contract (e.g. the objective is never
+            logged): every trial would, so the run stopped at once (exit code 2).
+        RunFailed: The first ``search.fail_fast`` trials all failed with the same error,
+            or no trial of the session completed (exit code 1).
         RunInterrupted: Ctrl-C; finished trials are kept.
     """
     from hpsearch import pricing
     from hpsearch.ledger import Ledger
 
     out = emit or (lambda line: None)
-    backend = backend or LightningBackend()
-    config = config_mod.load(source, overrides)
+    function = trainable if callable(trainable) else None
+    if backend is None:
+        backend = LightningBackend(function)
+    elif function is not None:
+        raise ConfigError("trainable", "a function object needs the default Lightning "
+                          "backend", trainable)
+    config = _load_config(source, overrides, trainable)
     backend.check(config)
     pricing.resolve(config)  # unknown instance, missing price: before anything starts
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
@@ -362,6 +381,33 @@ def run(
 
 #: The ledger's file in the run dir.
 LEDGER_FILE = "ledger.jsonl"
+
+#: Stands in for the ``trainable`` key while a config given a function object validates.
+_FUNCTION_PLACEHOLDER = "hpsearch.trainable:function_object"
+
+
+def _load_config(source, overrides, trainable) -> config_mod.Config:
+    """Load the config; ``trainable`` (a path or a function) replaces its key."""
+    import dataclasses
+
+    if trainable is None:
+        return config_mod.load(source, overrides)
+    raw = dict(source) if isinstance(source, Mapping) else config_mod.read_yaml(source)
+    raw = config_mod.apply_overrides(raw, overrides)
+    if not callable(trainable):
+        raw["trainable"] = trainable
+        return config_mod.validate(raw)
+    from hpsearch.trainable import display_name
+
+    raw["trainable"] = _FUNCTION_PLACEHOLDER
+    return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))
+
+
+def trial_log_path(run_path: Path, number: int) -> Path:
+    """``logs/trial-NNNN.log`` in the run dir: a trial's log records and traceback."""
+    from hpsearch.adapters.runner import trial_name
+
+    return run_path / "logs" / f"{trial_name(number)}.log"
 
 
 class _Session:
@@ -403,19 +449,26 @@ class _Session:
                     + (f"; resuming {len(orphans)} unfinished trial(s) "
                        f"({', '.join(map(str, orphans))}) from their checkpoints"
                        if orphans else ""))
+            failed = None
             if new_trials + len(orphans) == 0:
                 out(f"The study already has {done_before} finished trial(s) >= "
                     f"search.n_trials ({config.search.n_trials}); raise it with "
                     f"--set search.n_trials=N to run more.")
             else:
-                self._fit(recorder, new_trials, orphans, concurrency, progress_interval_s)
-            return self._summarise(recorder)
+                failed = self._fit(recorder, new_trials, orphans, concurrency,
+                                   progress_interval_s)
+            result = self._summarise(recorder)
+            if failed is not None:
+                raise failed
+            return result
         finally:
             recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
             recorder.close()
 
     def _fit(self, recorder, new_trials: int, restarts: list[int], concurrency: int,
-             progress_interval_s: float) -> None:
+             progress_interval_s: float) -> RunFailed | None:
+        """Run the session's trials; the error to raise after the summary when none of
+        them completed (a run stopped early raises at once)."""
         from ray import tune
 
         from hpsearch.adapters import runner
@@ -444,9 +497,13 @@ class _Session:
             f"{display_url(self.url, self.run_path)}")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
+        def trial_log(number: int) -> str:
+            return display_path(trial_log_path(self.run_path, number))
+
         progress = Progress(config.objective.metric, remaining, out, time.monotonic,
                             progress_interval_s,
-                            spent=lambda: fmt_money(self.accountant.spent(), price.currency))
+                            spent=lambda: fmt_money(self.accountant.spent(), price.currency),
+                            trial_log=trial_log)
         progress.tally.mode = config.objective.mode
 
         def ended(number, state, last_result, error):
@@ -489,7 +546,7 @@ class _Session:
             max_failures=config.search.max_failures, max_restarts=preemption.max_restarts,
             store_for=lambda n: CheckpointStore(checkpoints / runner.trial_name(n)),
             preemptions=preemption_cb, placement=placement, on_end=ended,
-            on_restart=restarted)
+            on_restart=restarted, fail_fast=config.search.fail_fast, trial_log=trial_log)
         rate = preemption.rate_per_hour
         if rate is None:
             rate = preemption.simulate.rate_per_hour
@@ -513,6 +570,7 @@ class _Session:
             oom_ladder=config.oom.ladder,
             oom_min_batch_size=config.oom.min_batch_size,
             oom_batch_param=config.oom.batch_size_param,
+            trainable_fn=getattr(self.backend, "function", None),
         )
         trainable = tune.with_resources(
             tune.with_parameters(self.backend.trainable(spec), spec=spec),
@@ -556,10 +614,10 @@ class _Session:
         leftover = recorder.unfinished()
         self.accountant.ledger.close_all(self.backend.clock(), FAILED)
         self.stop_reason = self.accountant.run_stop_reason() or searcher.closed_reason
-        if study_cb.abort_reason:
+        if study_cb.abort is not None:
             for trial_id in leftover:
                 recorder.fail(trial_id, "run aborted")
-            raise RunAborted(study_cb.abort_reason)
+            raise study_cb.abort
         for number in searcher.restarts:  # the budget closed before they could restart
             recorder.prune_waiting(number, StopRecord("budget", 0, self.stop_reason or
                                                       "the session ended"))
@@ -570,6 +628,26 @@ class _Session:
                 f"interrupted: {len(leftover)} unfinished trial(s) will resume from their "
                 f"checkpoints: run the same command again (or python -m hpsearch resume "
                 f"{display_path(self.run_path)})")
+        return self._failures(progress, study_cb.failures)
+
+    def _failures(self, progress: Progress, failures: list) -> RunFailed | None:
+        """Say how many trials of the session failed and where their logs are; the
+        error to raise when none completed (after the summary is written)."""
+        from hpsearch.failures import SessionOutcome, logs_line, session_verdict
+
+        tally = progress.tally
+        line = progress.failures_line(logs_line(failures))
+        if line:
+            self.out(line)
+        if session_verdict(tally.complete, tally.pruned, tally.failed) \
+                is SessionOutcome.ALL_FAILED:
+            first = next((f for f in failures if f.log), failures[0] if failures else None)
+            detail = ""
+            if first is not None:
+                detail = f"; trial {first.number}: {first.error}" + (
+                    f" (traceback in {first.log})" if first.log else "")
+            return RunFailed(f"no trial completed: {tally.failed} failed{detail}")
+        return None
 
     def _summarise(self, recorder) -> RunResult:
         config, out, currency = self.config, self.out, self.price.currency

@@ -20,7 +20,8 @@ from ray.tune.stopper import Stopper
 from hpsearch import keys
 from hpsearch.adapters.study import StudyRecorder
 from hpsearch.budget import Accountant, Admission
-from hpsearch.errors import TrialSetupError
+from hpsearch.errors import EXIT_CONFIG, HpsearchError, RunAborted, RunFailed
+from hpsearch.failures import FailFast, Failure, Verdict
 from hpsearch.ledger import DONE, FAILED, PREEMPTED, STOPPED
 
 log = logging.getLogger(__name__)
@@ -127,13 +128,21 @@ def _load_error(trial: Any) -> tuple[BaseException | None, str]:
 NODE_LOST = ("node has died", "node was terminated", "nodediederror", "node died")
 
 
+def is_setup_error(error: BaseException | None) -> bool:
+    """Whether a trial's error means every trial would fail the same way because the
+    input is wrong: the trainable's contract broken
+    (:class:`~hpsearch.errors.TrialSetupError`) or a config error found inside the
+    trial (both exit code 2)."""
+    return isinstance(error, HpsearchError) and error.exit_code == EXIT_CONFIG
+
+
 def error_summary(trial: Any) -> tuple[str, bool, bool]:
     """Why a Ray trial failed: one line, whether it was a setup error, and whether its
     node went away (then it is a preemption, not a failure of the trial)."""
     error, text = _load_error(trial)
     if error is not None:
         cause = getattr(error, "cause", None) or error
-        setup = isinstance(cause, TrialSetupError)
+        setup = is_setup_error(cause)
         full = f"{type(cause).__name__}: {cause}\n{error}".lower()
         lines = str(cause).strip().splitlines()
         line = lines[-1] if lines else ""
@@ -149,13 +158,22 @@ class StudyCallback(Callback):
     that were preempted (up to ``preemption.max_restarts``) or failed (up to
     ``search.max_failures``): a preemption is not a failure and uses no retry.
 
-    A :class:`~hpsearch.errors.TrialSetupError` (the trainable's contract broken, the
-    objective never logged) would fail every trial the same way: it aborts the run.
+    A setup error (:func:`is_setup_error`: the trainable's contract broken, the objective
+    never logged) would fail every trial the same way: it stops the run at once
+    (:attr:`abort` becomes a :class:`~hpsearch.errors.RunAborted`). When the first
+    ``fail_fast`` trials to end all failed with the same error (see
+    :class:`hpsearch.failures.FailFast`), :attr:`abort` becomes a
+    :class:`~hpsearch.errors.RunFailed` naming the error and the log of its traceback.
+
+    Args:
+        fail_fast: ``search.fail_fast``; 0 never stops.
+        trial_log: Trial number -> the path of its log file as shown to the user.
     """
 
     def __init__(self, recorder: StudyRecorder, accountant: Accountant, searcher,
                  max_failures: int, max_restarts: int, store_for=None,
-                 preemptions=None, placement=None, on_end=None, on_restart=None):
+                 preemptions=None, placement=None, on_end=None, on_restart=None,
+                 fail_fast: int = 0, trial_log=None):
         self.recorder = recorder
         self.accountant = accountant
         self.searcher = searcher
@@ -166,7 +184,17 @@ class StudyCallback(Callback):
         self.placement = placement
         self.on_end = on_end
         self.on_restart = on_restart
-        self.abort_reason: str | None = None
+        self.trial_log = trial_log or (lambda number: None)
+        self.watch = FailFast(fail_fast)
+        #: The session's trials that failed for good, in the order they ended.
+        self.failures: list[Failure] = []
+        #: The error that stops the run (RunAborted or RunFailed), once there is one.
+        self.abort: HpsearchError | None = None
+
+    @property
+    def abort_reason(self) -> str | None:
+        """Why the run stops, or None while it goes on."""
+        return None if self.abort is None else str(self.abort)
 
     def _money(self, number: int | None) -> dict[str, Any]:
         if number is None:
@@ -194,6 +222,9 @@ class StudyCallback(Callback):
                     self.on_restart(number, "moved", reason, last)
                 return
             state = self.recorder.fail(trial.trial_id, reason, self._money(number))
+            if state is not None:
+                # Not the trainable's failure: counted, but no fail-fast evidence.
+                self.failures.append(Failure(number, reason, None))
             if state is not None and self.on_end:
                 self.on_end(number, state, last, reason)
             return
@@ -206,6 +237,8 @@ class StudyCallback(Callback):
             stopped = self.recorder.stop_of(trial.trial_id) is not None
             self.accountant.trial_ended(number, STOPPED if stopped else DONE)
         state = self.recorder.complete(trial.trial_id, last, self._money(number))
+        if state is not None:
+            self.watch.succeeded()
         if state is not None and self.on_end:
             self.on_end(number, state, last, None)
 
@@ -251,10 +284,21 @@ class StudyCallback(Callback):
         if number is not None:
             self.accountant.trial_ended(number, FAILED)
         state = self.recorder.fail(trial.trial_id, text, self._money(number))
-        if setup and self.abort_reason is None:
-            self.abort_reason = text
+        if state is not None:
+            self._failed_for_good(number, text, setup)
         if state is not None and self.on_end:
             self.on_end(number, state, trial.last_result, text)
+
+    def _failed_for_good(self, number: int | None, text: str, setup: bool) -> None:
+        failure = Failure(-1 if number is None else number, text,
+                          None if number is None else self.trial_log(number))
+        self.failures.append(failure)
+        if self.abort is not None:
+            return
+        if setup:
+            self.abort = RunAborted(text)
+        elif self.watch.failed(failure) is Verdict.STOP:
+            self.abort = RunFailed(self.watch.message())
 
 
 class AbortStopper(Stopper):
