@@ -148,28 +148,6 @@ def test_an_interruption_notice_checkpoints_and_restarts_without_loss(ray_cluste
     assert len(trial.user_attrs["resumed_from_epochs"]) == 1
 
 
-def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(ray_cluster, in_tmp):
-    crash_dir = in_tmp / "crash"
-    crash_dir.mkdir()
-    store = in_tmp / "runs" / "corrupt" / "checkpoints" / "trial-0000"
-    clean = load_study(hpsearch.run(
-        fixed_trial("clean", crash_dir, trainable="tests.trainables:corrupt_then_crash",
-                    store_dir=str(store)), emit=None)).trials[0]
-    cfg = config_mod.apply_overrides(
-        fixed_trial("corrupt", crash_dir, trainable="tests.trainables:corrupt_then_crash",
-                    store_dir=str(store)),
-        {"space.crash_epoch.choices": [3], "search.max_failures": 1,
-         "checkpoint.every_epochs": 1})
-    trial = load_study(hpsearch.run(cfg, emit=None)).trials[0]
-
-    assert (crash_dir / "crashed-corrupt").read_text() == "epoch-000003"
-    assert trial.user_attrs["failures"] == 1
-    # Epoch 3's checkpoint was damaged: the restart falls back to epoch 2's.
-    assert trial.user_attrs["resumed_from_epochs"] == [2]
-    assert list(store.glob(".corrupt-epoch-000003-*"))
-    assert trial.intermediate_values == clean.intermediate_values
-
-
 def _finished_and_running(db: Path) -> tuple[int, list[int]]:
     """Complete trials and the numbers of running ones (read-only; any moment)."""
     try:
