@@ -302,3 +302,18 @@ def test_a_session_where_no_trial_completes_fails(ray_cluster, in_tmp):
     assert info.value.exit_code == 1
     # Different errors: fail-fast did not stop it; the summary was still written.
     assert "No trial completed." in lines and (run_dir / "report.html").exists()
+
+
+def test_an_aborted_run_prints_one_line_and_no_ray_error_dump(in_tmp):
+    """Its own Ray, two trials at once, the objective never logged: the trial still
+    running when the run stops holds an error that Ray's core worker dumps ("Unhandled
+    error", with the trial's traceback) when the driver drops it; hpsearch sends that
+    to hpsearch.log (whether Ray dumps it depends on when its object is collected)."""
+    space = in_tmp / "space.yaml"
+    space.write_text(json.dumps(spec(**{"name": "abort", "objective.metric": "val_nope",
+                                        "search.n_trials": 4, "search.concurrency": 2})))
+    proc = _cli(["run", str(space), "--progress-interval", "60"], in_tmp)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    no_traceback(proc.stdout + proc.stderr)
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith("hpsearch: error: trial ") and "'val_nope' is never logged" in line

@@ -90,3 +90,35 @@ def test_an_error_raised_and_caught_round_trips_with_its_cause_text():
     except ConfigError as error:
         back = pickle.loads(pickle.dumps(error))
     assert str(back) == "search.n_trials: must be >= 1 (got 0)"
+
+
+def test_exit_codes_match_the_readme_and_the_cli():
+    import re
+    from pathlib import Path
+
+    from hpsearch import cli, errors
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", readme, re.M))
+    assert set(rows) == {"0", "1", "2", "130"}
+    assert "fail_fast" in rows["1"] and "no trial of the session completed" in rows["1"]
+    assert "contract" in rows["2"] and "bad input" in rows["2"]
+    assert (errors.RunFailed.exit_code, errors.RunAborted.exit_code,
+            errors.ConfigError.exit_code, errors.TrialSetupError.exit_code,
+            errors.RunInterrupted.exit_code) == (1, 2, 2, 2, 130)
+    for code in ("0: success", "1: the run could not succeed", "2: bad input", "130"):
+        assert code in cli.__doc__
+    assert "exit codes: 0 done" in cli.DESCRIPTION
+
+
+def test_the_readme_gives_fail_fasts_default():
+    import re
+    from pathlib import Path
+
+    from hpsearch.config import reference_keys
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (row,) = re.findall(r"^\| `search\.fail_fast` \| (\w+) \| (.+) \|$", readme, re.M)
+    default = dict((k, d) for k, d, _ in reference_keys())["search.fail_fast"]
+    assert row[0] == default == "3"
+    assert "`0` = never" in row[1] and "code 1" in row[1]
