@@ -200,21 +200,20 @@ class Built:
 
     def batch_size_holder(self) -> tuple[Any, str | None]:
         """Where a ``batch_size`` can be read and set after the build: ``(holder, None)``
-        with the datamodule, the module or the module's ``hparams`` (the places
-        Lightning's own batch-size finder looks), or ``(None, why not)``."""
-        if self.shape is DataShape.DATAMODULE:
-            if hasattr(self.datamodule, "batch_size"):
-                return self.datamodule, None
-            return None, "the datamodule has no batch_size attribute"
+        with the datamodule or the module (whichever makes the loaders), as an
+        attribute or in its ``hparams`` (where Lightning's own batch-size finder looks),
+        or ``(None, why not)``."""
         if self.shape is DataShape.LOADERS:
             return None, ("the DataLoaders build() returned have a fixed batch size; "
                           "make it a param (oom.batch_size_param)")
-        if hasattr(self.module, "batch_size"):
-            return self.module, None
-        hparams = getattr(self.module, "hparams", None)
+        owner = self.datamodule if self.shape is DataShape.DATAMODULE else self.module
+        if hasattr(owner, "batch_size"):
+            return owner, None
+        hparams = getattr(owner, "hparams", None)
         if hparams is not None and "batch_size" in hparams:
             return hparams, None
-        return None, "the module has no batch_size attribute or hyperparameter"
+        what = "datamodule" if self.shape is DataShape.DATAMODULE else "module"
+        return None, f"the {what} has no batch_size attribute or hyperparameter"
 
 
 def get_batch_size(holder: Any) -> Any:

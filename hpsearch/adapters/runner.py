@@ -724,11 +724,17 @@ class _Ranks:
                  self.spec.devices, port)
         return self
 
-    def out_of_memory(self) -> bool:
-        """Whether a rank ended because it ran out of GPU memory (waits briefly)."""
+    def out_of_memory(self, wait_s: float = 30.0) -> bool:
+        """Whether a rank ended because it ran out of GPU memory.
+
+        Waits up to ``wait_s`` in all for the ranks to exit: a rank that ran out of
+        memory closes its connections (rank 0's error) before its process has printed
+        its traceback and torn torch down, which takes seconds on a loaded machine.
+        """
+        deadline = time.monotonic() + wait_s
         for proc in self.procs:
             try:
-                if proc.wait(timeout=10) == EXIT_RANK_OOM:
+                if proc.wait(timeout=max(0.1, deadline - time.monotonic())) == EXIT_RANK_OOM:
                     return True
             except Exception:  # still running
                 continue
