@@ -497,6 +497,7 @@ class _Session:
             f"{display_url(self.url, self.run_path)}")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
+
         def trial_log(number: int) -> str:
             return display_path(trial_log_path(self.run_path, number))
 
