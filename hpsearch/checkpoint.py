@@ -6,8 +6,13 @@ Pure module (files only; the trial runner supplies a function that writes the pa
   ``manifest.json`` (SHA-256 of every file), and the folder is renamed into place in one
   step. A process killed mid-write leaves a temporary folder, never a half checkpoint.
 * Verified on load: :meth:`CheckpointStore.latest_valid` re-hashes the newest
-  checkpoint's files and falls back to the previous one if they do not match.
-* Kept: the last ``keep_last`` checkpoints and the best one by the objective.
+  checkpoint's files and, when they match, asks the caller's ``check`` (the trial
+  runner's: does it load as data, with the keys Lightning needs?). A checkpoint that
+  fails either is set aside as ``.corrupt-epoch-NNNNNN-<id>/`` (with ``rejected.json``
+  saying why) and the previous one is tried.
+* Kept: the last ``keep_last`` checkpoints and the best one by the objective. Folders
+  set aside are pruned like checkpoints of their epoch: once ``keep_last`` newer valid
+  checkpoints exist, they go.
 * Interval: :func:`young_daly_epochs` sets how many epochs go between checkpoints from
   the cost of one checkpoint and the mean time between preemptions.
 
@@ -31,6 +36,10 @@ from typing import Any, Callable
 
 MANIFEST = "manifest.json"
 PREFIX = "epoch-"
+#: Prefix of a checkpoint folder set aside because it failed verification.
+CORRUPT_PREFIX = ".corrupt-"
+#: The note inside a folder set aside: why it was.
+REJECTED_NOTE = "rejected.json"
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,23 @@ class Entry:
     path: Path
     metric: float | None
     meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A checkpoint :meth:`CheckpointStore.latest_valid` set aside.
+
+    Attributes:
+        name: Its folder's name when it was found (``epoch-000004``).
+        epoch: Epochs it claimed to hold.
+        reason: Why it was rejected (``checksum mismatch``, or the check's reason).
+        aside: Where it was moved (None if it could not be moved).
+    """
+
+    name: str
+    epoch: int
+    reason: str
+    aside: Path | None
 
 
 def _sha256(path: Path) -> str:
@@ -87,7 +113,7 @@ class CheckpointStore:
         self.folder = Path(folder)
         self.keep_last = keep_last
         self.mode = mode
-        self.rejected: list[Path] = []
+        self.rejected: list[Rejected] = []
 
     def save(self, epoch: int, write: Callable[[Path], None], metric: float | None = None,
              meta: dict[str, Any] | None = None) -> Entry:
@@ -145,26 +171,55 @@ class CheckpointStore:
 
     def verify(self, entry: Entry) -> bool:
         """Whether every file of ``entry`` is present and hashes as its manifest says."""
+        return self.problem(entry) is None
+
+    def problem(self, entry: Entry) -> str | None:
+        """Why ``entry``'s files do not match its manifest, or None when they do."""
         try:
             manifest = json.loads((entry.path / MANIFEST).read_text())
-            return all(_sha256(entry.path / name) == digest
-                       for name, digest in manifest["files"].items())
-        except (OSError, ValueError, KeyError, TypeError):
-            return False
+            files = manifest["files"]
+            for name, digest in files.items():
+                if not (entry.path / name).is_file():
+                    return f"{name} is missing"
+                if _sha256(entry.path / name) != digest:
+                    return f"checksum mismatch in {name}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return f"unreadable manifest ({type(exc).__name__})"
+        return None
 
-    def latest_valid(self) -> Entry | None:
-        """The newest checkpoint that verifies; corrupt newer ones are set aside."""
+    def latest_valid(self, check: Callable[[Entry], str | None] | None = None
+                     ) -> Entry | None:
+        """The newest checkpoint that verifies; newer ones that do not are set aside.
+
+        Args:
+            check: Called with each checkpoint whose checksums match; returns why it
+                cannot be used (it does not load, keys are missing) or None. Checkpoints
+                it rejects are set aside like corrupt ones.
+
+        Every checkpoint set aside is appended to :attr:`rejected` (newest first).
+        """
         for entry in reversed(self.entries()):
-            if self.verify(entry):
+            reason = self.problem(entry)
+            if reason is None and check is not None:
+                reason = check(entry)
+            if reason is None:
                 return entry
-            self.rejected.append(entry.path)
-            aside = entry.path.with_name(f".corrupt-{entry.path.name}-{uuid.uuid4().hex[:6]}")
-            try:
-                os.replace(entry.path, aside)
-            except OSError:
-                pass
+            self._set_aside(entry, reason)
         # A checkpoint with no manifest at all is not a checkpoint; nothing to resume.
         return None
+
+    def _set_aside(self, entry: Entry, reason: str) -> None:
+        aside: Path | None = entry.path.with_name(
+            f"{CORRUPT_PREFIX}{entry.path.name}-{uuid.uuid4().hex[:6]}")
+        try:
+            os.replace(entry.path, aside)
+            (aside / REJECTED_NOTE).write_text(json.dumps(
+                {"checkpoint": entry.path.name, "epoch": entry.epoch, "reason": reason,
+                 "at": time.time()}))
+        except OSError:
+            if not aside.exists():
+                aside = None
+        self.rejected.append(Rejected(entry.path.name, entry.epoch, reason, aside))
 
     def best(self) -> Entry | None:
         scored = [e for e in self.entries() if e.metric is not None]
@@ -174,15 +229,38 @@ class CheckpointStore:
         return max(scored, key=lambda e: (sign * e.metric, e.epoch))
 
     def prune(self) -> None:
-        """Keep the newest ``keep_last`` checkpoints and the best; remove the rest."""
+        """Keep the newest ``keep_last`` checkpoints and the best; remove the rest.
+
+        Folders set aside go once their epoch is older than every kept newest
+        checkpoint (they are kept a while for a look, never for ever), and temporary
+        folders left by a writer that died go at once.
+        """
         entries = self.entries()
-        keep = {e.path for e in entries[-self.keep_last:]}
+        newest = entries[-self.keep_last:]
+        keep = {e.path for e in newest}
         best = self.best()
         if best is not None:
             keep.add(best.path)
         for entry in entries:
             if entry.path not in keep:
                 shutil.rmtree(entry.path, ignore_errors=True)
+        if len(newest) >= self.keep_last:
+            oldest_kept = newest[0].epoch
+            for aside in self.folder.glob(f"{CORRUPT_PREFIX}*"):
+                epoch = _aside_epoch(aside)
+                if epoch is None or epoch < oldest_kept:
+                    shutil.rmtree(aside, ignore_errors=True)
         for tmp in self.folder.glob(".tmp-*"):
             # Left by a process killed mid-write; no live writer shares this folder.
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _aside_epoch(path: Path) -> int | None:
+    """The epoch of a folder set aside (``.corrupt-epoch-000004-1a2b3c`` -> 4)."""
+    name = path.name[len(CORRUPT_PREFIX):]
+    if not name.startswith(PREFIX):
+        return None
+    try:
+        return int(name[len(PREFIX):].split("-", 1)[0])
+    except ValueError:
+        return None

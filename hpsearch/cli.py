@@ -1,8 +1,18 @@
 """Command line: ``python -m hpsearch COMMAND ...``; returns an exit code.
 
-Exit codes: 0 success; 2 bad input (nothing written) or a run aborted because its trials
-cannot run as configured; 1 any other failure; 130 interrupted. Errors are one line on
-stderr, without a traceback. Parsing and ``--help`` import neither Ray nor torch.
+Exit codes (see :mod:`hpsearch.errors`):
+
+* 0: success; a run where some trials failed while others completed says how many
+  failed and where their logs are, and still exits 0.
+* 1: the run could not succeed: its first ``search.fail_fast`` trials all failed with the
+  same error, or no trial of the session completed; or another runtime failure.
+* 2: bad input: the config or the trainable's import path (nothing written), or the
+  trainable's contract broken (found by the first trial that shows it; the run stops at
+  once).
+* 130: interrupted.
+
+Errors are one line on stderr, without a traceback (tracebacks of failed trials are in
+their ``logs/trial-NNNN.log``). Parsing and ``--help`` import neither Ray nor torch.
 """
 
 from __future__ import annotations
@@ -27,6 +37,10 @@ examples:
   python -m hpsearch report runs/digits-mlp
   python -m hpsearch dashboard runs/digits-mlp
   python -m hpsearch doctor search_spaces/digits_mlp.yaml --address 10.0.0.1:6379
+
+exit codes: 0 done (some trials may have failed: the run says how many); 1 the run
+could not succeed (its first trials failed alike, or none completed); 2 bad input or
+the trainable's contract broken; 130 interrupted
 """
 
 

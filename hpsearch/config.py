@@ -175,6 +175,12 @@ class Search:
     max_failures: int = _key(
         _int(0), "Restarts of a trial whose process dies, from its latest checkpoint.", 0
     )
+    fail_fast: int = _key(
+        _int(0),
+        "Stop the run (exit code 1) when the first this-many trials of a session all "
+        "fail with the same error; `0` = never stop early.",
+        3,
+    )
 
 
 def _gpu(value: Any, path: str) -> float:

@@ -27,25 +27,15 @@ from typing import Any, Callable, Mapping
 from hpsearch import config as config_mod
 from hpsearch import keys
 from hpsearch.budget import fmt_money
-from hpsearch.errors import ConfigError, HpsearchError
 from hpsearch.core.lifecycle import TrialState
+from hpsearch.errors import ConfigError, RunAborted, RunFailed, RunInterrupted
 from hpsearch.ledger import FAILED
 from hpsearch.progress import Progress, top_table
 
 log = logging.getLogger("hpsearch")
 
-
-
-class RunAborted(HpsearchError):
-    """The run stopped because every trial would fail the same way (a setup error)."""
-
-    exit_code = ConfigError.exit_code
-
-
-class RunInterrupted(HpsearchError):
-    """The run was interrupted (Ctrl-C); finished trials are kept in the study."""
-
-    exit_code = 130
+__all__ = ["run", "RunResult", "RunAborted", "RunFailed", "RunInterrupted",
+           "LightningBackend"]
 
 
 @dataclass
@@ -207,8 +197,13 @@ def _next_session(tune_dir: Path) -> str:
     return f"session-{n}"
 
 
-#: Loggers whose records go to hpsearch.log only (Tune prints every trial's traceback).
-_FILE_ONLY_LOGGERS = ("ray.tune", "ray.train")
+#: Loggers whose records go to hpsearch.log only: Tune prints every trial's traceback,
+#: and the driver's core worker (``ray._private.worker``) logs an "Unhandled error"
+#: block with the traceback whenever an object ref holding a trial's error is collected;
+#: hpsearch says what failed in one line of its own.
+_FILE_ONLY_LOGGERS = ("ray.tune", "ray.train", "ray._private.worker")
+#: Each file-only logger's (level, propagate) before the run, restored after it.
+_saved_loggers: dict[str, tuple[int, bool]] = {}
 
 
 def _attach_log(run_dir: Path) -> logging.Handler:
@@ -218,6 +213,7 @@ def _attach_log(run_dir: Path) -> logging.Handler:
     logging.getLogger("hpsearch").setLevel(logging.INFO)
     for name in _FILE_ONLY_LOGGERS:
         logger = logging.getLogger(name)
+        _saved_loggers.setdefault(name, (logger.level, logger.propagate))
         logger.addHandler(handler)
         logger.setLevel(logging.WARNING)
         logger.propagate = False
@@ -235,7 +231,9 @@ def _detach_log(handler: logging.Handler) -> None:
     for name in _FILE_ONLY_LOGGERS:
         logger = logging.getLogger(name)
         logger.removeHandler(handler)
-        logger.propagate = True
+        level, propagate = _saved_loggers.pop(name, (logging.NOTSET, True))
+        logger.setLevel(level)
+        logger.propagate = propagate
     handler.close()
 
 
@@ -280,12 +278,19 @@ class LightningBackend:
     (sampler, pruning policy, cost model, budget, study) runs unchanged on them.
     """
 
+    def __init__(self, function: Callable[..., Any] | None = None):
+        #: The build function given to ``run(trainable=...)`` as an object, or None.
+        self.function = function
+
     def check(self, config) -> None:
         """Validate what this backend needs before anything is written."""
-        from hpsearch.trainable import resolve
+        from hpsearch.trainable import check_function, resolve
 
         config_mod.check_training_cpus(config)  # Lightning trains on whole cores
-        resolve(config.trainable)
+        if self.function is not None:
+            check_function(self.function)
+        else:
+            resolve(config.trainable)
 
     def trainable(self, spec):
         from hpsearch.adapters import runner
@@ -313,6 +318,7 @@ def run(
     emit: Callable[[str], None] | None = print,
     progress_interval_s: float = 10.0,
     backend: Any = None,
+    trainable: str | Callable[..., Any] | None = None,
 ) -> RunResult:
     """Run (or continue) a search: the Python form of ``python -m hpsearch run``.
 
@@ -325,21 +331,34 @@ def run(
         emit: Receives progress lines; ``None`` for silence.
         progress_interval_s: Least seconds between two status lines.
         backend: How trials run; default :class:`LightningBackend` (for benchmarks).
+        trainable: The build function itself (a notebook's or a script's, cloudpickled
+            to the trial processes), or an import path; replaces the ``trainable`` key,
+            which may then be left out. A function is recorded in the study's config as
+            ``module:qualname`` (see :func:`hpsearch.trainable.display_name`), so a later
+            run with the same function continues the study.
 
     Returns:
         A :class:`RunResult` with the study, the best trial and the run dir.
 
     Raises:
         ConfigError: Bad input; nothing was written.
-        RunAborted: Trials cannot run as configured (e.g. the objective is never logged).
+        RunAborted: A trial broke the trainable's contract (e.g. the objective is never
+            logged): every trial would, so the run stopped at once (exit code 2).
+        RunFailed: The first ``search.fail_fast`` trials all failed with the same error,
+            or no trial of the session completed (exit code 1).
         RunInterrupted: Ctrl-C; finished trials are kept.
     """
     from hpsearch import pricing
     from hpsearch.ledger import Ledger
 
     out = emit or (lambda line: None)
-    backend = backend or LightningBackend()
-    config = config_mod.load(source, overrides)
+    function = trainable if callable(trainable) else None
+    if backend is None:
+        backend = LightningBackend(function)
+    elif function is not None:
+        raise ConfigError("trainable", "a function object needs the default Lightning "
+                          "backend", trainable)
+    config = _load_config(source, overrides, trainable)
     for warning in config.warnings:
         out(f"warning: {warning}")
     if config.storage is not None:
@@ -369,9 +388,38 @@ def run(
 #: The ledger's file in the run dir.
 LEDGER_FILE = "ledger.jsonl"
 
+#: Stands in for the ``trainable`` key while a config given a function object validates.
+_FUNCTION_PLACEHOLDER = "hpsearch.trainable:function_object"
 
-def trial_spec(config: config_mod.Config, run_path: Path, price) -> Any:
-    """What every trial process of this run is sent (see ``runner.TrialSpec``)."""
+
+def _load_config(source, overrides, trainable) -> config_mod.Config:
+    """Load the config; ``trainable`` (a path or a function) replaces its key."""
+    import dataclasses
+
+    if trainable is None:
+        return config_mod.load(source, overrides)
+    raw = dict(source) if isinstance(source, Mapping) else config_mod.read_yaml(source)
+    raw = config_mod.apply_overrides(raw, overrides)
+    if not callable(trainable):
+        raw["trainable"] = trainable
+        return config_mod.validate(raw)
+    from hpsearch.trainable import display_name
+
+    raw["trainable"] = _FUNCTION_PLACEHOLDER
+    return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))
+
+
+def trial_log_path(run_path: Path, number: int) -> Path:
+    """``logs/trial-NNNN.log`` in the run dir: a trial's log records and traceback."""
+    from hpsearch.adapters.runner import trial_name
+
+    return run_path / "logs" / f"{trial_name(number)}.log"
+
+
+def trial_spec(config: config_mod.Config, run_path: Path, price,
+               function: Callable[..., Any] | None = None) -> Any:
+    """What every trial process of this run is sent (see ``runner.TrialSpec``);
+    ``function``: the build function given as an object to ``run(trainable=...)``."""
     from hpsearch.adapters import runner
 
     preemption = config.preemption
@@ -398,6 +446,7 @@ def trial_spec(config: config_mod.Config, run_path: Path, price) -> Any:
         oom_ladder=config.oom.ladder,
         oom_min_batch_size=config.oom.min_batch_size,
         oom_batch_param=config.oom.batch_size_param,
+        trainable_fn=function,
     )
 
 
@@ -432,8 +481,11 @@ class _Session:
             recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
             # Intervals a stopped driver left open end at their last event.
             self.accountant.ledger.close_all(self.backend.clock(), FAILED, at_last_event=True)
-            self._fit(recorder, continuing, concurrency, progress_interval_s)
-            return self._summarise(recorder)
+            failed = self._fit(recorder, continuing, concurrency, progress_interval_s)
+            result = self._summarise(recorder)
+            if failed is not None:
+                raise failed
+            return result
         finally:
             recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
             recorder.close()
@@ -454,6 +506,7 @@ class _Session:
             policy=build_policy(config, recorder, self.accountant), max_epochs=config.max_epochs,
             new_trials=0, max_failures=config.search.max_failures,
             max_restarts=config.preemption.max_restarts, placement=placement,
+            fail_fast=config.search.fail_fast, trial_log=self._trial_log,
             listener=SessionListener(progress, lambda line: log.warning("%s", line)),
             clock=self.backend.clock)
         histories = recorder.histories()
@@ -462,14 +515,20 @@ class _Session:
         core.new_left = max(0, config.search.n_trials - known)
         return core, placement, orphans, known - len(orphans)
 
+    def _trial_log(self, number: int) -> str:
+        return display_path(trial_log_path(self.run_path, number))
+
     def _fit(self, recorder, continuing: bool, concurrency: int,
-             progress_interval_s: float) -> None:
+             progress_interval_s: float) -> RunFailed | None:
+        """Run the session's trials; the error to raise after the summary when none of
+        them completed (a run stopped early raises at once)."""
         from hpsearch.adapters.ray_tune import Attempts
 
         config, out, price = self.config, self.out, self.price
         progress = Progress(config.objective.metric, 0, out, time.monotonic,
                             progress_interval_s,
-                            spent=lambda: fmt_money(self.accountant.spent(), price.currency))
+                            spent=lambda: fmt_money(self.accountant.spent(), price.currency),
+                            trial_log=self._trial_log)
         progress.tally.mode = config.objective.mode
         core, placement, orphans, done_before = self._core(recorder, progress)
         paused = core.trials.in_state(TrialState.PAUSED)
@@ -486,7 +545,7 @@ class _Session:
             out(f"The study already has {done_before} finished trial(s) >= "
                 f"search.n_trials ({config.search.n_trials}); raise it with "
                 f"--set search.n_trials=N to run more.")
-            return
+            return None
         progress.n_trials = remaining
         self._announce(concurrency, remaining)
         attempts = Attempts()
@@ -497,7 +556,7 @@ class _Session:
         finally:
             sys.stdout = stdout
         out(progress.status())
-        self._close(core)
+        return self._close(core, progress)
 
     def _announce(self, concurrency: int, remaining: int) -> None:
         config, out, price = self.config, self.out, self.price
@@ -540,13 +599,15 @@ class _Session:
         def note(number: int, trial_id: str) -> dict | None:
             return CheckpointStore(checkpoints / runner.trial_name(number)).preempted(trial_id)
 
-        spec = trial_spec(config, self.run_path, self.price)
+        spec = trial_spec(config, self.run_path, self.price,
+                          getattr(self.backend, "function", None))
         trainable = tune.with_resources(
             tune.with_parameters(self.backend.trainable(spec), spec=spec),
             placement.resources({"cpu": config.resources.cpu, "gpu": config.resources.gpu}),
         )
         tune_dir = self.run_path / "tune"
-        callback = CoreCallback(core, attempts, note, injector, progress.tick)
+        callback = CoreCallback(core, attempts, note, injector, progress.tick,
+                                progress.checkpoint_fallback)
         return tune.Tuner(
             trainable,
             param_space={},
@@ -575,22 +636,43 @@ class _Session:
             ),
         )
 
-    def _close(self, core) -> None:
-        """End the session in the core; raise if it was aborted or interrupted."""
-        interrupted = core.abort_reason is None and bool(core.live)
-        if core.abort_reason:
+    def _close(self, core, progress: Progress) -> RunFailed | None:
+        """End the session in the core; raise if it was stopped early or interrupted;
+        return the error to raise after the summary when no trial completed."""
+        interrupted = core.abort is None and bool(core.live)
+        if core.abort is not None:
             for number in sorted(core.live):
                 core.failed(number, "run aborted", setup=True)
         leftover = core.close(interrupted=interrupted)
         self.accountant.ledger.close_all(self.backend.clock(), FAILED)
         self.stop_reason = core.stop_reason
-        if core.abort_reason:
-            raise RunAborted(core.abort_reason)
+        if core.abort is not None:
+            raise core.abort
         if interrupted:
             raise RunInterrupted(
                 f"interrupted: {len(leftover)} unfinished trial(s) will resume from their "
                 f"checkpoints: run the same command again (or python -m hpsearch resume "
                 f"{display_path(self.run_path)})")
+        return self._failures(progress, core.failures)
+
+    def _failures(self, progress: Progress, failures: list) -> RunFailed | None:
+        """Say how many trials of the session failed and where their logs are; the
+        error to raise when none completed (after the summary is written)."""
+        from hpsearch.failures import SessionOutcome, logs_line, session_verdict
+
+        tally = progress.tally
+        line = progress.failures_line(logs_line(failures))
+        if line:
+            self.out(line)
+        if session_verdict(tally.complete, tally.pruned, tally.failed) \
+                is SessionOutcome.ALL_FAILED:
+            first = next((f for f in failures if f.log), failures[0] if failures else None)
+            detail = ""
+            if first is not None:
+                detail = f"; trial {first.number}: {first.error}" + (
+                    f" (traceback in {first.log})" if first.log else "")
+            return RunFailed(f"no trial completed: {tally.failed} failed{detail}")
+        return None
 
     def _summarise(self, recorder) -> RunResult:
         config, out, currency = self.config, self.out, self.price.currency

@@ -26,6 +26,9 @@ GPU_MEM_PEAK_MIB = "hps_gpu_mem_peak_mib"  #: this process's peak device memory 
 GPU_TORCH_PEAK_MIB = "hps_gpu_torch_peak_mib"  #: torch's peak reserved memory, MiB
 ATTEMPT = "hps_attempt"  #: a token unique to the trial process (one per start)
 HISTORY = "hps_history"  #: [[epoch, objective], ...] restored from a checkpoint (1st result)
+#: [[checkpoint, reason], ...]: checkpoints set aside (corrupt, or not loadable as data)
+#: before this process resumed from an older one (its first result only)
+CHECKPOINTS_REJECTED = "hps_checkpoints_rejected"
 
 # Trial config entries the driver adds beside the sampled params.
 TRIAL_NUMBER = "hps_trial_number"  #: the Optuna trial number

@@ -47,20 +47,24 @@ class OomLadder:
             out[self.batch_param] = self.batch_size
         return out
 
-    def climb(self, current_batch: int | None, supports_checkpointing: bool) -> str | None:
+    def climb(self, current_batch: int | None, supports_checkpointing: bool,
+              batch_unknown: str | None = None) -> str | None:
         """Take the next rung that applies after an OOM; return what it did, or None when
         the ladder is exhausted.
 
         Args:
             current_batch: The batch size the trial ran with, if known.
             supports_checkpointing: Whether the model can checkpoint activations.
+            batch_unknown: Why the batch size is unknown or cannot be changed (said when
+                ``halve_batch`` is skipped); default "batch size unknown".
         """
         while self._next < len(self.steps):
             step = self.steps[self._next]
             self._next += 1
             if step == HALVE_BATCH:
                 if current_batch is None:
-                    self.taken.append(f"{HALVE_BATCH}: skipped (batch size unknown)")
+                    self.taken.append(
+                        f"{HALVE_BATCH}: skipped ({batch_unknown or 'batch size unknown'})")
                     continue
                 halved = current_batch // 2
                 if halved < self.min_batch_size:

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from hpsearch.failures import error_signature
+
 
 def format_duration(seconds: float) -> str:
     """``83.2`` -> ``"0:01:23"``."""
@@ -67,6 +69,8 @@ class Progress:
         clock: Seconds, monotonic; injected for tests.
         interval_s: Least time between two status lines.
         spent: Returns the money spent so far, formatted (shown when given).
+        trial_log: Trial number -> the path of its log file (named on the line of a
+            failed trial, where its traceback is), or None.
     """
 
     metric: str
@@ -76,10 +80,13 @@ class Progress:
     interval_s: float = 10.0
     spent: Callable[[], str] | None = None
     tally: Tally = field(default_factory=Tally)
+    trial_log: Callable[[int], str | None] | None = None
 
     def __post_init__(self) -> None:
         self.started = self.clock()
         self.last_emit = self.started
+        # Error signature -> the first failed trial that showed it (lines name it once).
+        self._errors: dict[str, Any] = {}
 
     def status(self) -> str:
         t = self.tally
@@ -103,13 +110,41 @@ class Progress:
 
     def trial_ended(self, number: int | None, state: str, epochs: int,
                     value: float | None, error: str | None = None) -> None:
-        """Emit one line for a finished trial and count it."""
+        """Emit one line for a finished trial and count it.
+
+        A failed trial's line says its error (or, when an earlier trial failed with the
+        same error, ``same error as trial N``) and names its log.
+        """
         self.tally.finished(state, number, value)
         shown = "-" if value is None else format_value(value)
         line = f"  trial {number} {state.lower()} after {epochs} epoch(s): {self.metric}={shown}"
         if error:
-            line += f" | {error}"
+            signature = error_signature(error)
+            first = self._errors.setdefault(signature, number)
+            line += f" | same error as trial {first}" if first != number else f" | {error}"
+            log = self.trial_log(number) if self.trial_log and number is not None else None
+            if log:
+                line += f" (log: {log})"
         self.emit(line)
+
+    def checkpoint_fallback(self, number: int | None, rejected: Sequence[Sequence[str]],
+                            start_epoch: int) -> None:
+        """Say that a restarted trial set checkpoints aside and resumed from an older one:
+        one line per checkpoint, ``(name, reason)`` pairs, newest first."""
+        where = f"resumed from epoch {start_epoch}" if start_epoch > 0 \
+            else "no valid checkpoint left: restarted from scratch"
+        for name, reason in rejected:
+            self.emit(f"  trial {number}: checkpoint {name} is corrupt ({reason}); {where}")
+
+    def failures_line(self, logs: str) -> str | None:
+        """One line for a session where some trials failed (None when none did):
+        how many, and where their logs are."""
+        t = self.tally
+        if not t.failed:
+            return None
+        done = t.complete + t.pruned + t.failed
+        return (f"{t.failed} of {done} trial(s) failed"
+                + (f"; their logs: {logs}" if logs else ""))
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -63,11 +63,11 @@ class ReportWriteError(HpsearchError):
 
     def __init__(self, path: Path, exc: OSError):
         self.path = path
-        self.errno = exc.errno
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        self.errno = getattr(exc, "errno", None)
+        if self.errno in (errno.ENOSPC, errno.EDQUOT):
             text = f"disk full at {path}"
         else:
-            text = f"cannot write {path}: {exc.strerror or exc}"
+            text = f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
         super().__init__(text + "; the report files already there are unchanged")
 
 

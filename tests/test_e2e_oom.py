@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
 import hpsearch
+from hpsearch.errors import RunFailed
 
 from .test_e2e import load_study, spec
 
@@ -33,9 +35,13 @@ def test_out_of_memory_halves_the_batch_until_it_fits(ray_cluster, in_tmp):
 
 
 def test_past_the_ladder_the_trial_fails_with_the_reason(ray_cluster, in_tmp):
-    result = hpsearch.run(oom_trial("too-big", batch=64, limit=4,
-                                    **{"oom.min_batch_size": 16}), emit=None)
-    (trial,) = load_study(result).get_trials()
+    with pytest.raises(RunFailed, match="no trial completed: 1 failed; trial 0: "
+                       "TrialOutOfMemory: trial 0: CUDA out of memory after the whole"):
+        hpsearch.run(oom_trial("too-big", batch=64, limit=4, **{"oom.min_batch_size": 16}),
+                     emit=None)
+    study = optuna.load_study(study_name="too-big",
+                              storage=f"sqlite:///{in_tmp / 'runs/too-big/optuna.db'}")
+    (trial,) = study.get_trials()
     assert trial.state == TrialState.FAIL
     error = trial.user_attrs["error"]
     assert "CUDA out of memory after the whole OOM ladder" in error

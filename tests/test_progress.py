@@ -329,3 +329,54 @@ def test_top_table_accepts_any_iterable_of_params():
     lines = top_table(ROWS[:1], "v", (p for p in ["optimizer"]))
     assert lines[0].split() == ["trial", "state", "v", "epochs", "optimizer"]
     assert lines[2].split() == ["12", "COMPLETE", "0.9877", "20", "adam"]
+
+
+# ---------------------------------------------------------------------------------------
+# Failed trials, checkpoint fallbacks
+
+
+def test_a_failed_trial_names_its_log_and_repeats_say_same_error():
+    clock = FakeClock()
+    lines: list[str] = []
+    progress = Progress("val_acc", 4, lines.append, clock, 10.0,
+                        trial_log=lambda n: f"runs/x/logs/trial-{n:04d}.log")
+    progress.trial_ended(0, "FAIL", 1, 0.5, "RuntimeError: boom at epoch 2 (pid 17)")
+    progress.trial_ended(1, "COMPLETE", 3, 0.9)
+    progress.trial_ended(2, "FAIL", 1, 0.4, "RuntimeError: boom at epoch 2 (pid 23)")
+    progress.trial_ended(3, "FAIL", 0, None, "ValueError: bad")
+    assert lines == [
+        "  trial 0 fail after 1 epoch(s): val_acc=0.5 | RuntimeError: boom at epoch 2 "
+        "(pid 17) (log: runs/x/logs/trial-0000.log)",
+        "  trial 1 complete after 3 epoch(s): val_acc=0.9",
+        "  trial 2 fail after 1 epoch(s): val_acc=0.4 | same error as trial 0 "
+        "(log: runs/x/logs/trial-0002.log)",
+        "  trial 3 fail after 0 epoch(s): val_acc=- | ValueError: bad "
+        "(log: runs/x/logs/trial-0003.log)",
+    ]
+
+
+def test_checkpoint_fallback_lines():
+    progress, clock, lines = make_progress()
+    progress.checkpoint_fallback(3, [["epoch-000004", "checksum mismatch in trial.ckpt"]], 2)
+    progress.checkpoint_fallback(5, [["epoch-000002", "it lacks Lightning's keys epoch"],
+                                     ["epoch-000001", "trial.ckpt is missing"]], 0)
+    assert lines == [
+        "  trial 3: checkpoint epoch-000004 is corrupt (checksum mismatch in trial.ckpt); "
+        "resumed from epoch 2",
+        "  trial 5: checkpoint epoch-000002 is corrupt (it lacks Lightning's keys epoch); "
+        "no valid checkpoint left: restarted from scratch",
+        "  trial 5: checkpoint epoch-000001 is corrupt (trial.ckpt is missing); "
+        "no valid checkpoint left: restarted from scratch",
+    ]
+
+
+def test_failures_line_counts_the_session():
+    progress, clock, lines = make_progress()
+    assert progress.failures_line("x.log") is None
+    progress.trial_ended(0, "COMPLETE", 3, 0.9)
+    progress.trial_ended(1, "FAIL", 1, None, "boom")
+    progress.trial_ended(2, "PRUNED", 1, 0.2)
+    progress.trial_ended(3, "FAIL", 1, None, "boom")
+    assert progress.failures_line("a.log, b.log") == \
+        "2 of 4 trial(s) failed; their logs: a.log, b.log"
+    assert progress.failures_line("") == "2 of 4 trial(s) failed"

@@ -39,6 +39,7 @@ PURE_MODULES = [
     "hpsearch.report_writers",
     "hpsearch.gpuuse",
     "hpsearch.oom",
+    "hpsearch.failures",
     "hpsearch.checkpoint",
     "hpsearch.preemption",
     "hpsearch.nodekinds",

@@ -73,34 +73,137 @@ def wrong_return(params: dict[str, Any]):
     return digits.DigitsMLP(**_model_kwargs(params))
 
 
-class CorruptingMLP(CrashingMLP):
-    """Like CrashingMLP, but first damages its newest checkpoint (a half-written file,
-    a flipped byte on disk), so the restarted trial must fall back to the one before."""
+def _rewrite_manifest(folder: Path) -> None:
+    """Re-hash a checkpoint folder's files into its manifest, as a forger would: the
+    checksums then match whatever the files hold."""
+    import hashlib
+    import json
 
-    def __init__(self, store_dir: str, **kwargs: Any):
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+                         for name in manifest["files"]}
+    manifest_path.write_text(json.dumps(manifest))
+
+
+class Payload:
+    """Unpickling it runs ``touch <path>``: what a crafted checkpoint would do."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def damage(ckpt: Path, how: str, marker: str) -> None:
+    """Damage checkpoint file ``ckpt`` the way ``how`` says.
+
+    ``flip``: a flipped byte (the checksum no longer matches). ``crafted``: a pickle that
+    runs a shell command creating ``marker`` when unpickled, with the manifest re-hashed
+    so the checksum passes. ``incomplete``: a torch file of plain data without the keys
+    Lightning needs to resume (``KeyError: 'pytorch-lightning_version'``), checksum
+    passing too.
+    """
+    import torch
+
+    if how == "flip":
+        data = bytearray(ckpt.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        ckpt.write_bytes(bytes(data))
+        return
+    if how == "crafted":
+        torch.save({"state_dict": {}, "epoch": 3, "evil": Payload(marker)}, ckpt)
+    elif how == "incomplete":
+        torch.save({"state_dict": {}, "epoch": 3}, ckpt)
+    else:
+        raise ValueError(f"unknown damage {how!r}")
+    _rewrite_manifest(ckpt.parent)
+
+
+class CorruptingMLP(CrashingMLP):
+    """Like CrashingMLP, but first damages its newest checkpoint (see :func:`damage`),
+    so the restarted trial must fall back to the one before."""
+
+    def __init__(self, store_dir: str, how: str = "flip", marker: str = "", **kwargs: Any):
         super().__init__(**kwargs)
         self.store_dir = store_dir
+        self.how = how
+        self.marker = marker
 
     def on_train_epoch_start(self) -> None:
         marker = Path(self.crash_dir) / "crashed-corrupt"
         if self.current_epoch == self.crash_epoch and not marker.exists():
             newest = sorted(Path(self.store_dir).glob("epoch-*"))[-1] / "trial.ckpt"
-            data = bytearray(newest.read_bytes())
-            data[len(data) // 2] ^= 0xFF
-            newest.write_bytes(bytes(data))
+            damage(newest, self.how, self.marker)
             marker.write_text(newest.parent.name)
             os._exit(1)
 
 
 def corrupt_then_crash(params: dict[str, Any]):
-    """The digits MLP that corrupts its newest checkpoint and dies at ``crash_epoch``."""
+    """The digits MLP that damages its newest checkpoint (``params['how']``, default a
+    flipped byte) and dies at ``crash_epoch``."""
     kwargs = _model_kwargs(params)
     if params.get("crash_epoch", -1) >= 0:
-        model = CorruptingMLP(params["store_dir"], crash_dir=params["crash_dir"],
+        model = CorruptingMLP(params["store_dir"], how=params.get("how", "flip"),
+                              marker=params.get("marker", ""), crash_dir=params["crash_dir"],
                               crash_epoch=params["crash_epoch"], **kwargs)
     else:
         model = digits.DigitsMLP(**kwargs)
     return model, digits.DigitsData(batch_size=int(params.get("batch_size", 64)))
+
+
+class EpochTwoMLP(digits.DigitsMLP):
+    """Raises at the start of its second epoch, naming numbers that differ per trial."""
+
+    def on_train_epoch_start(self) -> None:
+        if self.current_epoch == 1:
+            raise RuntimeError(f"boom at epoch {self.current_epoch + 1} "
+                               f"(lr {self.hparams.lr:.6g}, pid {os.getpid()})")
+
+
+def raise_in_epoch_2(params: dict[str, Any]):
+    """The digits MLP that fails in epoch 2 for every configuration."""
+    return EpochTwoMLP(**_model_kwargs(params)), digits.DigitsData()
+
+
+class NamedErrorMLP(digits.DigitsMLP):
+    """Raises ``params['error']`` (an exception class name) in its first epoch."""
+
+    def __init__(self, error: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.error = error
+
+    def on_train_epoch_start(self) -> None:
+        raise {"ValueError": ValueError, "KeyError": KeyError,
+               "RuntimeError": RuntimeError}[self.error](f"{self.error} in trial")
+
+
+def raise_named(params: dict[str, Any]):
+    """Fails in epoch 1 with the exception class ``params['error']`` names."""
+    return NamedErrorMLP(params["error"], **_model_kwargs(params)), digits.DigitsData()
+
+
+def config_error_in_build(params: dict[str, Any]):
+    """Raises hpsearch's ConfigError inside the trial process (a constructor with three
+    arguments: it must reach the driver intact)."""
+    from hpsearch.errors import ConfigError
+
+    raise ConfigError("space.hidden", "is too large for this model", params.get("hidden", 64))
+
+
+class PathHparamsMLP(digits.DigitsMLP):
+    """Saves a ``pathlib.Path`` among its hyperparameters: its checkpoints hold code."""
+
+    def __init__(self, data_dir: Path, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.save_hyperparameters()
+
+
+def path_in_hparams(params: dict[str, Any]):
+    """The digits MLP with a Path hyperparameter (checkpoints that are not plain data)."""
+    return (PathHparamsMLP(Path("/tmp/digits"), **_model_kwargs(params)),
+            digits.DigitsData())
 
 
 class OomAboveMLP(digits.DigitsMLP):

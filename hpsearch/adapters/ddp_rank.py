@@ -35,11 +35,11 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def follower_callback():
-    """The Lightning callback of a rank > 0 (the other side of rank 0's TuneReport)."""
-    import pytorch_lightning as pl
+def follower_callback(api):
+    """The Lightning callback (of the trainable's package ``api``) of a rank > 0: the
+    other side of rank 0's TuneReport."""
 
-    class Follower(pl.Callback):
+    class Follower(api.Callback):
         def __init__(self) -> None:
             self.scratch = tempfile.mkdtemp(prefix="hps-rank-")
 
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     _die_with_parent()
     job_path, rank = argv[0], int(argv[1])
     with open(job_path, "rb") as fh:
-        job = pickle.load(fh)
+        job = pickle.load(fh)  # written by rank 0 (cloudpickle, readable by pickle)
     import torch
 
     from hpsearch.adapters import runner
@@ -67,15 +67,16 @@ def main(argv: list[str]) -> int:
     spec = job["spec"]
     torch.set_num_threads(runner.rank_threads(spec))
     try:
-        module, data, _ = runner.prepare(spec, job["params"], job["trial_number"],
-                                         job["seed"], job["ladder"])
-        trainer = runner.make_trainer(spec, [runner.rng_callback(), follower_callback()],
-                                  job["ladder"])
+        built, _, _ = runner.prepare(spec, job["params"], job["trial_number"],
+                                     job["seed"], job["ladder"])
+        callbacks = [runner.rng_callback(built.api), follower_callback(built.api)]
+        trainer = runner.make_trainer(spec, callbacks, job["ladder"], built.api)
         if job["ckpt_path"] is None:
-            trainer.fit(module, datamodule=data)
+            trainer.fit(built.module, **built.fit_kwargs())
         else:
-            trainer.fit(module, datamodule=data, ckpt_path=job["ckpt_path"],
-                        weights_only=False)
+            # Rank 0 checked this checkpoint (data only, Lightning's keys) before.
+            trainer.fit(built.module, **built.fit_kwargs(), ckpt_path=job["ckpt_path"],
+                        weights_only=True)
     except torch.OutOfMemoryError:
         traceback.print_exc()
         return runner.EXIT_RANK_OOM

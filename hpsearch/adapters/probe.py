@@ -130,10 +130,8 @@ class _SavedTensors:
         return max(self.storages.values(), default=0)
 
 
-def _callback():
-    import pytorch_lightning as pl
-
-    class Probe(pl.Callback):
+def _callback(built: Any):
+    class Probe(built.api.Callback):
         def __init__(self) -> None:
             self.saved: _SavedTensors | None = None
             self.activations_bytes = 0
@@ -152,13 +150,13 @@ def _callback():
 
         def on_train_start(self, trainer, pl_module) -> None:
             self.started_at = time.perf_counter()
-            datamodule = trainer.datamodule
-            loader = datamodule.train_dataloader() if datamodule is not None else None
+            # The loaders the fit uses, whichever shape build() handed them over in.
+            loader = trainer.train_dataloader
             self.train_batches = _length(loader)
             self.train_samples = _length(getattr(loader, "dataset", None))
             try:
-                val = datamodule.val_dataloader() if datamodule is not None else None
-            except Exception:  # a datamodule without validation data
+                val = _val_loader(built)
+            except Exception:  # no validation data
                 val = None
             self.val_batches = _length(val) if val is not None else 0
 
@@ -207,12 +205,34 @@ def _callback():
     return Probe()
 
 
-def probe(trainable: str, params: Mapping[str, Any], *, precision: str = "fp32",
+def _val_loader(built: Any) -> Any:
+    """The validation loader of the fit, whichever shape ``build`` used."""
+    from hpsearch.adapters.lightning_api import DataShape
+
+    if built.shape is DataShape.DATAMODULE:
+        return built.datamodule.val_dataloader()
+    if built.shape is DataShape.LOADERS:
+        val = built.val
+    elif built.api.overrides(built.module, "val_dataloader"):
+        val = built.module.val_dataloader()
+    else:
+        return None
+    if isinstance(val, (list, tuple)):
+        val = val[0] if val else None
+    return val
+
+
+def probe(trainable: Any, params: Mapping[str, Any], *, precision: str = "fp32",
           probe_batches: int = 8, threads: int = 1, seed: int = 0) -> ProbeFigures:
     """Build ``trainable`` at ``params`` and train ``probe_batches + 1`` batches on CPU.
 
+    The Trainer comes from the Lightning package of the module built
+    (``pytorch_lightning`` or ``lightning.pytorch``); the data may come in any shape a
+    trial accepts (see :func:`hpsearch.adapters.lightning_api.interpret`).
+
     Args:
-        trainable: ``package.module:function`` (the space's ``trainable``).
+        trainable: ``package.module:function`` (the space's ``trainable``), or the
+            build function itself.
         params: The configuration to build.
         precision: ``fp32``, ``fp16`` or ``bf16`` (16-bit ones run as CPU ``bf16-mixed``).
         probe_batches: Training batches timed after the first (also the most validation
@@ -222,15 +242,17 @@ def probe(trainable: str, params: Mapping[str, Any], *, precision: str = "fp32",
 
     Raises:
         ConfigError: (field ``trainable``) the trainable cannot be imported, its build
-            raises or returns something else than ``(LightningModule,
-            LightningDataModule)``, or a training step fails.
+            raises or returns something hpsearch cannot train, or a training step fails.
     """
-    import pytorch_lightning as pl
     import torch
 
-    from hpsearch.trainable import resolve
+    from hpsearch.adapters import lightning_api
+    from hpsearch.trainable import display_name, resolve
 
-    build = resolve(trainable)
+    if callable(trainable):
+        build, shown = trainable, display_name(trainable)
+    else:
+        build, shown = resolve(trainable), trainable
     previous_threads = torch.get_num_threads()
     levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
     for name in _QUIET_LOGGERS:
@@ -239,22 +261,20 @@ def probe(trainable: str, params: Mapping[str, Any], *, precision: str = "fp32",
     try:
         with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="hps-plan-") as tmp:
             warnings.simplefilter("ignore")
-            pl.seed_everything(seed, verbose=False)
+            lightning_api.seed_everything(seed)
             t0 = time.perf_counter()
             try:
-                built = build(dict(params))
+                returned = build(dict(params))
             except Exception as exc:
                 raise ConfigError("trainable", f"building it at the probed configuration "
-                                  f"raised {type(exc).__name__}: {exc}", trainable) from None
-            if (not isinstance(built, tuple) or len(built) != 2
-                    or not isinstance(built[0], pl.LightningModule)
-                    or not isinstance(built[1], pl.LightningDataModule)):
-                raise ConfigError("trainable", "must return (LightningModule, "
-                                  f"LightningDataModule), got {type(built).__name__}",
-                                  trainable)
-            module, data = built
-            callback = _callback()
-            trainer = pl.Trainer(
+                                  f"raised {type(exc).__name__}: {exc}", shown) from None
+            try:
+                built = lightning_api.interpret(returned)
+            except lightning_api.ShapeError as exc:
+                raise ConfigError("trainable", str(exc), shown) from None
+            module = built.module
+            callback = _callback(built)
+            trainer = built.api.Trainer(
                 accelerator="cpu", devices=1, precision=PROBE_PRECISION[precision],
                 max_epochs=1, limit_train_batches=probe_batches + 1,
                 limit_val_batches=probe_batches, num_sanity_val_steps=0, logger=False,
@@ -262,10 +282,10 @@ def probe(trainable: str, params: Mapping[str, Any], *, precision: str = "fp32",
                 enable_model_summary=False, callbacks=[callback], default_root_dir=tmp,
             )
             try:
-                trainer.fit(module, datamodule=data)
+                trainer.fit(module, **built.fit_kwargs())
             except Exception as exc:
                 raise ConfigError("trainable", "training at the probed configuration "
-                                  f"failed: {type(exc).__name__}: {exc}", trainable) from None
+                                  f"failed: {type(exc).__name__}: {exc}", shown) from None
             finally:
                 if callback.saved is not None:  # the first step raised: unhook autograd
                     callback.saved.__exit__(None, None, None)

@@ -34,7 +34,7 @@ from hpsearch import keys
 from hpsearch.core.ports import EpochReport
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.decisions import Decision
-from hpsearch.errors import TrialSetupError
+from hpsearch.errors import EXIT_CONFIG, HpsearchError
 from hpsearch.preemption import preemption_reason
 
 log = logging.getLogger(__name__)
@@ -176,13 +176,21 @@ def _load_error(trial: Any) -> tuple[BaseException | None, str]:
     return error, text
 
 
+def is_setup_error(error: BaseException | None) -> bool:
+    """Whether a trial's error means every trial would fail the same way because the
+    input is wrong: the trainable's contract broken
+    (:class:`~hpsearch.errors.TrialSetupError`) or a config error found inside the
+    trial (both exit code 2)."""
+    return isinstance(error, HpsearchError) and error.exit_code == EXIT_CONFIG
+
+
 def error_summary(trial: Any) -> tuple[str, bool, str]:
     """Why a Ray trial failed: one line, whether it was a setup error, and the whole
     error text (where a lost node shows)."""
     error, text = _load_error(trial)
     if error is not None:
         cause = getattr(error, "cause", None) or error
-        setup = isinstance(cause, TrialSetupError)
+        setup = is_setup_error(cause)
         lines = str(cause).strip().splitlines()
         line = lines[-1] if lines else ""
         line = line if setup else f"{type(cause).__name__}: {line.strip()}".rstrip(": ")
@@ -207,15 +215,29 @@ class CoreCallback(_Inert, Callback):
             process left when SIGTERM reached it (read from its checkpoint store).
         injector: The simulated-preemption callback (its kills are preemptions), or None.
         tick: Called with the number of running attempts after each controller step.
+        fallback: ``(number, rejected, start epoch)``: shown when a restarted trial set
+            checkpoints aside (corrupt, or not loadable as data) and resumed earlier.
     """
 
     def __init__(self, core: SearchCore, attempts: Attempts,
-                 preempted_note: Callable[[int, str], str | None] | None = None,
-                 injector: Any = None, tick: Callable[[int], None] | None = None):
+                 preempted_note: Callable[[int, str], dict | None] | None = None,
+                 injector: Any = None, tick: Callable[[int], None] | None = None,
+                 fallback: Callable[[int, Any, int], None] | None = None):
         self.core, self.attempts = core, attempts
         self.preempted_note = preempted_note
         self.injector = injector
         self.tick = tick
+        self.fallback = fallback
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        rejected = result.get(keys.CHECKPOINTS_REJECTED)
+        number = self.attempts.number(trial.trial_id)
+        if rejected and number is not None and self.fallback is not None:
+            start = int(result.get(keys.START_EPOCH, 0) or 0)
+            for name, reason in rejected:
+                log.warning("trial %s: checkpoint %s is corrupt (%s); resumed from epoch %d",
+                            number, name, reason, start)
+            self.fallback(number, rejected, start)
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         number = self.attempts.number(trial.trial_id)

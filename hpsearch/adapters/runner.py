@@ -16,6 +16,14 @@ A trial with ``resources.devices`` > 1 (or several whole GPUs) trains with DDP: 
 process is rank 0 (it reports to Tune and writes the checkpoints, as above) and
 :mod:`hpsearch.adapters.ddp_rank` runs the other ranks as child processes on this node
 (see :class:`_Ranks`).
+
+The Trainer, the callbacks and the DDP strategy come from the Lightning package the
+trainable's module belongs to (``pytorch_lightning`` or ``lightning.pytorch``, see
+:mod:`hpsearch.adapters.lightning_api`); ``build`` may hand over its data in any of the
+shapes Lightning accepts. A checkpoint is loaded as data only
+(``torch.load(weights_only=True)``) and only after
+:func:`~hpsearch.adapters.lightning_api.checkpoint_problem` passed it; one that does not
+pass is set aside like a corrupt one and the previous checkpoint is used.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hpsearch import gpuuse, keys
-from hpsearch.checkpoint import CheckpointStore, young_daly_epochs
+from hpsearch.checkpoint import CheckpointStore, Entry, young_daly_epochs
 from hpsearch.errors import HpsearchError, TrialSetupError
 from hpsearch.oom import OomLadder
 from hpsearch.preemption import Notice, NoticePoller, watch_sigterm
@@ -51,7 +59,11 @@ class TrialSpec:
     """What every trial of a run shares (sent once to the trial processes).
 
     Attributes:
-        trainable: ``package.module:function`` import path.
+        trainable: ``package.module:function`` import path, or the display name
+            (``module:qualname``) of ``trainable_fn``.
+        trainable_fn: The build function itself when the run was given a function
+            object (sent to the trial processes by value, as Ray sends its own
+            trainables); None = import ``trainable``.
         metric: The objective metric the trainable must log.
         max_epochs: Epochs to train unless stopped.
         cpu: CPUs reserved per trial (sets torch's thread count).
@@ -99,6 +111,7 @@ class TrialSpec:
     gpu_sample_s: float = 1.0
     devices: int = 1
     ddp_timeout_s: float = 600.0
+    trainable_fn: Any = None
 
 
 def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
@@ -107,13 +120,21 @@ def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
     return params, int(config.get(keys.TRIAL_NUMBER, -1)), int(config.get(keys.TRIAL_SEED, 0))
 
 
-def rng_callback():
-    """A Lightning callback that saves and restores every RNG the training draws from."""
+def rng_callback(api=None):
+    """A Lightning callback (of package ``api``, default ``pytorch_lightning``) that saves
+    and restores every RNG the training draws from.
+
+    Its state is plain data (tuples, numbers, strings and tensors), so a checkpoint
+    holding it loads with ``torch.load(weights_only=True)``.
+    """
     import numpy as np
-    import pytorch_lightning as pl
     import torch
 
-    class RngState(pl.Callback):
+    from hpsearch.adapters import lightning_api
+
+    api = api or lightning_api.default()
+
+    class RngState(api.Callback):
         """Saves and restores every RNG the training draws from, for exact resume."""
 
         def state_dict(self) -> dict[str, Any]:
@@ -144,14 +165,15 @@ def rng_callback():
     return RngState()
 
 
-def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
-    """Build the Lightning callbacks (imported lazily: Lightning is heavy) and the
-    trial's checkpoint store."""
-    import pytorch_lightning as pl
+def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice, api):
+    """Build the Lightning callbacks (of the trainable's Lightning package ``api``) and
+    the trial's checkpoint store."""
     import torch
     from ray import tune
 
-    class TuneReport(pl.Callback):
+    from hpsearch.adapters import lightning_api
+
+    class TuneReport(api.Callback):
         """At each epoch end: checkpoint when due, report to Tune, stop on a preemption."""
 
         def __init__(self) -> None:
@@ -168,6 +190,9 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             self.history_sent = False
             self.oom_steps: list[str] = []
             self.sampler = None
+            # Checkpoints set aside before this process resumed: said in the next result.
+            self.rejected: list[list[str]] = []
+            self.data_checked = False
 
         def gpu_figures(self) -> dict[str, float]:
             """This process's GPU utilisation and memory so far (none on CPU)."""
@@ -192,12 +217,29 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
         def on_train_epoch_start(self, trainer, pl_module) -> None:
             self.epoch_started = time.monotonic()
 
+        def _write(self, trainer, folder: Path) -> None:
+            path = folder / CHECKPOINT_FILE
+            trainer.save_checkpoint(str(path), weights_only=False)
+            if self.data_checked:
+                return
+            # Checked once per process: what it holds does not change between epochs,
+            # and a checkpoint that will not load as data is lost work on every resume.
+            unsafe = lightning_api.unsafe_globals(path)
+            if unsafe:
+                raise TrialSetupError(
+                    f"trial {trial_number}: its checkpoint is not plain data: it "
+                    f"references {', '.join(unsafe)} (usually a hyperparameter saved by "
+                    f"save_hyperparameters() or a datamodule's state_dict). hpsearch "
+                    f"loads checkpoints with torch.load(weights_only=True), which refuses "
+                    f"code: pass numbers, strings, lists or dicts, or leave it out with "
+                    f"save_hyperparameters(ignore=[...])")
+            self.data_checked = True
+
         def _checkpoint(self, trainer, epoch: int, value: float) -> None:
             started = time.monotonic()
-            store.save(epoch, lambda folder: trainer.save_checkpoint(
-                str(folder / CHECKPOINT_FILE), weights_only=False), metric=value,
-                meta={"trial": trial_number,
-                      "history": [[e, v] for e, v in sorted(self.history.items())]})
+            store.save(epoch, lambda folder: self._write(trainer, folder), metric=value,
+                       meta={"trial": trial_number,
+                             "history": [[e, v] for e, v in sorted(self.history.items())]})
             self.last_checkpoint = epoch
             if self.every is None:  # Young/Daly from the measured costs
                 self.every = young_daly_epochs(time.monotonic() - started, spec.mtbp_s,
@@ -231,6 +273,9 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             metrics.update(self.gpu_figures())
             if self.oom_steps:
                 metrics[keys.OOM_STEPS] = list(self.oom_steps)
+            if self.rejected:
+                metrics[keys.CHECKPOINTS_REJECTED] = self.rejected
+                self.rejected = []
             self.history[epoch] = metrics[spec.metric]
             if not self.history_sent and self.start_epoch > 0:
                 metrics[keys.HISTORY] = [[e, v] for e, v in sorted(self.history.items())
@@ -274,13 +319,17 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
             from ray import tune as ray_tune
 
             self.history_sent = True
-            ray_tune.report({
+            result = {
                 spec.metric: entry.metric, keys.EPOCH: entry.epoch, keys.EPOCH_TIME_S: 0.0,
                 keys.TRIAL_TIME_S: time.monotonic() - self.process_started,
                 keys.START_EPOCH: entry.epoch, keys.CHECKPOINT_EPOCH: entry.epoch,
                 keys.NODE_ID: node_id, keys.REMAINING_S: 0.0, keys.COST_TO_FINISH: 0.0,
                 keys.HISTORY: [[e, v] for e, v in sorted(self.history.items())],
-            })
+            }
+            if self.rejected:
+                result[keys.CHECKPOINTS_REJECTED] = self.rejected
+                self.rejected = []
+            ray_tune.report(result)
 
         def on_signal(self) -> bool:
             """SIGTERM arrived. Between two epochs (blocked reporting the last one, the
@@ -316,26 +365,37 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice):
         if report.sampler.message:
             log.info("trial %d: GPU use not sampled: %s", trial_number,
                      report.sampler.message)
-    return [rng_callback(), report], store, report
+    return [rng_callback(api), report], store, report
+
+
+def build_function(spec: TrialSpec):
+    """The trainable's build function: the function object the run was given, else the
+    one ``spec.trainable`` imports."""
+    if spec.trainable_fn is not None:
+        return spec.trainable_fn
+    from hpsearch.trainable import resolve
+
+    return resolve(spec.trainable)
 
 
 def _build(spec: TrialSpec, params: dict[str, Any], trial_number: int):
-    import pytorch_lightning as pl
+    """Call the trainable and understand what it returned (a
+    :class:`~hpsearch.adapters.lightning_api.Built`)."""
+    from hpsearch.adapters import lightning_api
 
-    from hpsearch.trainable import resolve
+    built = build_function(spec)(dict(params))
+    try:
+        return lightning_api.interpret(built)
+    except lightning_api.ShapeError as exc:
+        raise TrialSetupError(f"trial {trial_number}: {spec.trainable} {exc}") from None
 
-    built = resolve(spec.trainable)(dict(params))
-    if (
-        not isinstance(built, tuple)
-        or len(built) != 2
-        or not isinstance(built[0], pl.LightningModule)
-        or not isinstance(built[1], pl.LightningDataModule)
-    ):
-        raise TrialSetupError(
-            f"trial {trial_number}: {spec.trainable} must return "
-            f"(LightningModule, LightningDataModule), got {type(built).__name__}"
-        )
-    return built
+
+def checkpoint_check(entry: Entry) -> str | None:
+    """The runner's check of a stored checkpoint before it resumes from it (see
+    :func:`~hpsearch.adapters.lightning_api.checkpoint_problem`)."""
+    from hpsearch.adapters import lightning_api
+
+    return lightning_api.checkpoint_problem(entry.path / CHECKPOINT_FILE)
 
 
 def trial_name(number: int) -> str:
@@ -386,19 +446,14 @@ def train(config: dict[str, Any], spec: TrialSpec) -> None:
         _train(params, trial_number, seed, spec)
 
 
-def _batch_size(params: dict[str, Any], data: Any, param: str) -> int | None:
-    value = params.get(param, getattr(data, "batch_size", None))
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _supports_checkpointing(module: Any) -> bool:
     return callable(getattr(module, "gradient_checkpointing_enable", None))
 
 
-def make_trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
-    """The Lightning Trainer of one training process of the trial (DDP when
-    ``spec.devices`` > 1; CUDA when the trial has GPUs and torch sees them)."""
-    import pytorch_lightning as pl
+def make_trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder, api):
+    """The Lightning Trainer (of package ``api``, the trainable's) of one training
+    process of the trial (DDP when ``spec.devices`` > 1; CUDA when the trial has GPUs
+    and torch sees them)."""
     import torch
 
     gpu = spec.gpu > 0 and torch.cuda.is_available()
@@ -412,11 +467,9 @@ def make_trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
     if spec.devices > 1:
         from datetime import timedelta
 
-        from pytorch_lightning.strategies import DDPStrategy
-
-        strategy = DDPStrategy(process_group_backend="nccl" if gpu else "gloo",
-                               timeout=timedelta(seconds=spec.ddp_timeout_s))
-    return pl.Trainer(
+        strategy = api.ddp_strategy(process_group_backend="nccl" if gpu else "gloo",
+                                    timeout=timedelta(seconds=spec.ddp_timeout_s))
+    return api.Trainer(
         max_epochs=spec.max_epochs,
         accelerator="gpu" if gpu else "cpu",
         devices=spec.devices,
@@ -433,36 +486,67 @@ def make_trainer(spec: TrialSpec, callbacks: list[Any], ladder: OomLadder):
     )
 
 
+class _Session:
+    """What one trial process keeps across its fits (the OOM ladder refits): the
+    callbacks, made once the trainable's Lightning package is known, and its store."""
+
+    def __init__(self, spec: TrialSpec, trial_number: int, notice: Notice):
+        self.spec, self.trial_number, self.notice = spec, trial_number, notice
+        self.callbacks: list[Any] | None = None
+        self.store: CheckpointStore | None = None
+        self.report: Any = None
+        self.api: Any = None
+
+    def ready(self, api) -> None:
+        """Make the callbacks for Lightning package ``api`` (once)."""
+        if self.callbacks is not None:
+            if api is not self.api:
+                raise TrialSetupError(
+                    f"trial {self.trial_number}: {self.spec.trainable} returned a "
+                    f"{api.name} module after a {self.api.name} one: use one package")
+            return
+        self.api = api
+        self.callbacks, self.store, self.report = _callbacks(
+            self.spec, self.trial_number, self.notice, api)
+
+    def on_signal(self) -> bool:
+        return self.report.on_signal() if self.report is not None else False
+
+    def close(self) -> None:
+        if self.report is not None:
+            self.report.close()
+
+
 def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec) -> None:
     import torch
 
     torch.set_num_threads(rank_threads(spec))
     notice = Notice()
-    callbacks, store, report = _callbacks(spec, trial_number, notice)
+    session = _Session(spec, trial_number, notice)
     ladder = OomLadder(spec.oom_ladder, spec.oom_min_batch_size, spec.oom_batch_param)
-    unwatch = watch_sigterm(notice, spec.grace_s, report.on_signal)
+    unwatch = watch_sigterm(notice, spec.grace_s, session.on_signal)
     poller = None
     if spec.notice_url:
         poller = NoticePoller(spec.notice_url, spec.notice_poll_s, notice, spec.grace_s)
         poller.start()
     try:
         while True:
-            oom = _fit_once(spec, ladder.params(params), trial_number, seed, callbacks,
-                            store, report, ladder)
+            oom = _fit_once(spec, ladder.params(params), trial_number, seed, session, ladder)
             if oom is None:
                 return
             # Out of memory: climb one rung and resume from the newest checkpoint.
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            step = ladder.climb(oom.batch_size, oom.supports_checkpointing)
-            report.oom_steps = list(ladder.taken)
+            step = ladder.climb(oom.batch_size, oom.supports_checkpointing,
+                                oom.batch_unknown)
+            session.report.oom_steps = list(ladder.taken)
             if step is None:
                 raise TrialOutOfMemory(
                     f"trial {trial_number}: CUDA out of memory after the whole OOM ladder "
                     f"({'; '.join(ladder.taken) or 'no rungs'})")
             log.warning("trial %d: CUDA out of memory: %s", trial_number, step)
     finally:
-        report.close()
+        session.close()
         if poller is not None:
             poller.stop()
         if not notice.via_signal:
@@ -470,42 +554,48 @@ def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec
 
 
 def _fit_once(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: int,
-              callbacks: list[Any], store: CheckpointStore | None, report: Any,
-              ladder: OomLadder):
+              session: _Session, ladder: OomLadder):
     """One fit of the trial: None when it ran to its end, or what the OOM ladder needs
     after a CUDA out-of-memory error."""
     import torch
 
-    module, data, batch = prepare(spec, params, trial_number, seed, ladder)
-    resume = store.latest_valid() if store is not None else None
+    built, batch, batch_unknown = prepare(spec, params, trial_number, seed, ladder)
+    session.ready(built.api)
+    store, report = session.store, session.report
+    resume = store.latest_valid(checkpoint_check) if store is not None else None
     if store is not None and store.rejected:
-        log.warning("trial %d: corrupt checkpoints set aside: %s", trial_number,
-                    ", ".join(p.name for p in store.rejected))
+        for bad in store.rejected:
+            log.warning("trial %d: checkpoint %s is corrupt (%s); set aside as %s",
+                        trial_number, bad.name, bad.reason,
+                        bad.aside.name if bad.aside is not None else "-")
+        report.rejected += [[bad.name, bad.reason] for bad in store.rejected]
         store.rejected.clear()
     if resume is not None:
         report.history = {int(e): float(v) for e, v in resume.meta.get("history", [])}
     ckpt = None if resume is None else str(resume.path / CHECKPOINT_FILE)
     ranks = _Ranks(spec, params, trial_number, seed, ladder, ckpt)
+    module = built.module
     try:
         with ranks:
-            trainer = make_trainer(spec, callbacks, ladder)
+            trainer = make_trainer(spec, session.callbacks, ladder, built.api)
             if resume is None:
-                trainer.fit(module, datamodule=data)
+                trainer.fit(module, **built.fit_kwargs())
             else:
                 log.info("trial %d: resuming from %s", trial_number, resume.path)
-                trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=False)
+                # Checked by checkpoint_check: data only, with Lightning's keys.
+                trainer.fit(module, **built.fit_kwargs(), ckpt_path=ckpt, weights_only=True)
                 if not report.history_sent:
                     # It had checkpointed its last epoch before it stopped: nothing to
                     # train, but the study must still hear how it ended.
                     report.report_restored(resume)
     except torch.OutOfMemoryError:
         log.info("trial %d: out of memory at batch size %s", trial_number, batch)
-        return _OomContext(batch, _supports_checkpointing(module))
+        return _OomContext(batch, _supports_checkpointing(module), batch_unknown)
     except Exception:
         if ranks.out_of_memory():  # another rank ran out of memory: rank 0 lost it
             log.info("trial %d: a DDP rank ran out of memory at batch size %s",
                      trial_number, batch)
-            return _OomContext(batch, _supports_checkpointing(module))
+            return _OomContext(batch, _supports_checkpointing(module), batch_unknown)
         raise
     return None
 
@@ -518,19 +608,33 @@ def rank_threads(spec: TrialSpec) -> int:
 def prepare(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: int,
             ladder: OomLadder):
     """Seed, build the trainable and apply the OOM ladder's rungs (every DDP rank does
-    the same): ``(module, datamodule, batch size or None)``."""
-    import pytorch_lightning as pl
+    the same): ``(built, batch size or None, why the batch size cannot be halved or
+    None)``.
 
-    pl.seed_everything(seed, workers=True, verbose=False)
-    module, data = _build(spec, params, trial_number)
-    batch = _batch_size(params, data, spec.oom_batch_param)
-    if ladder.batch_size is not None and spec.oom_batch_param not in params \
-            and hasattr(data, "batch_size"):
-        data.batch_size = ladder.batch_size
-        batch = ladder.batch_size
-    if ladder.grad_checkpointing:
-        module.gradient_checkpointing_enable()
-    return module, data, batch
+    The batch size is the ``oom.batch_size_param`` param when the space has it (a
+    rebuild at the halved value works for every data shape); else the ``batch_size``
+    of the datamodule, or of the module (attribute or hyperparameter) when it builds its
+    own loaders; loaders handed over ready-made cannot be re-batched.
+    """
+    from hpsearch.adapters import lightning_api
+
+    lightning_api.seed_everything(seed)
+    built = _build(spec, params, trial_number)
+    param = spec.oom_batch_param
+    if param in params:
+        return built, _int_or_none(params[param]), None
+    holder, why_not = built.batch_size_holder()
+    if holder is None:
+        return built, None, why_not
+    if ladder.batch_size is not None:
+        lightning_api.set_batch_size(holder, ladder.batch_size)
+    batch = _int_or_none(lightning_api.get_batch_size(holder))
+    return built, batch, None if batch is not None else "its batch_size is not a number"
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
 
 
 #: Exit code of a DDP rank process that ran out of GPU memory.
@@ -583,10 +687,11 @@ class _Ranks:
     def __enter__(self) -> "_Ranks":
         if self.spec.devices <= 1:
             return self
-        import pickle
         import subprocess
         import sys
         import tempfile
+
+        import cloudpickle
 
         port = _rendezvous_port()
         values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -594,7 +699,8 @@ class _Ranks:
         self._tmp = tempfile.mkdtemp(prefix="hps-ddp-")
         job = os.path.join(self._tmp, "job.pkl")
         with open(job, "wb") as fh:
-            pickle.dump({"spec": self.spec, "params": self.params,
+            # cloudpickle: a build function given as an object (a notebook's) goes by value.
+            cloudpickle.dump({"spec": self.spec, "params": self.params,
                          "trial_number": self.trial_number, "seed": self.seed,
                          "ladder": self.ladder, "ckpt_path": self.ckpt_path}, fh)
         env = dict(os.environ, **values, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -618,11 +724,17 @@ class _Ranks:
                  self.spec.devices, port)
         return self
 
-    def out_of_memory(self) -> bool:
-        """Whether a rank ended because it ran out of GPU memory (waits briefly)."""
+    def out_of_memory(self, wait_s: float = 30.0) -> bool:
+        """Whether a rank ended because it ran out of GPU memory.
+
+        Waits up to ``wait_s`` in all for the ranks to exit: a rank that ran out of
+        memory closes its connections (rank 0's error) before its process has printed
+        its traceback and torn torch down, which takes seconds on a loaded machine.
+        """
+        deadline = time.monotonic() + wait_s
         for proc in self.procs:
             try:
-                if proc.wait(timeout=10) == EXIT_RANK_OOM:
+                if proc.wait(timeout=max(0.1, deadline - time.monotonic())) == EXIT_RANK_OOM:
                     return True
             except Exception:  # still running
                 continue
@@ -664,3 +776,4 @@ class _OomContext:
 
     batch_size: int | None
     supports_checkpointing: bool
+    batch_unknown: str | None = None

@@ -109,12 +109,13 @@ class LifecycleError(HpsearchError):
     def __init__(self, number: int, state: TrialState | None, event: Event,
                  to: TrialState | None = None):
         self.number, self.state, self.event, self.to = number, state, event, to
-        where = "does not exist" if state is None else f"is {state.value}"
-        target = f" to {to.value}" if to is not None else ""
-        super().__init__(f"trial {number} {where}: it cannot be {event.value}{target}")
+        where = "does not exist" if state is None else f"is {_name(state)}"
+        target = f" to {_name(to)}" if to is not None else ""
+        super().__init__(f"trial {number} {where}: it cannot be {_name(event)}{target}")
 
-    def __reduce__(self):
-        return (type(self), (self.number, self.state, self.event, self.to))
+
+def _name(value: object) -> str:
+    return str(getattr(value, "value", value))
 
 
 @dataclass

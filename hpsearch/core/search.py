@@ -34,6 +34,8 @@ from hpsearch.budget import Accountant, Admission
 from hpsearch.core.lifecycle import Event, Lifecycle, TrialRecord, TrialState
 from hpsearch.core.ports import EpochReport, Listener, Policy, Quiet, StudyPort, TrialHistory
 from hpsearch.decisions import Decision, StopRecord
+from hpsearch.errors import HpsearchError, RunAborted, RunFailed
+from hpsearch.failures import FailFast, Failure, Verdict
 from hpsearch.ledger import DONE, FAILED, PREEMPTED, STOPPED
 
 
@@ -87,13 +89,17 @@ class SearchCore:
         max_restarts: Restarts of a preempted trial (``preemption.max_restarts``).
         placement: Chooses spot or on-demand nodes and prices each node (None: trials
             run anywhere at the run's price).
+        fail_fast: ``search.fail_fast``: stop the session once its first this-many
+            trials to end all failed with the same error (0: never).
+        trial_log: Trial number -> where its log is (named when the session stops).
         listener: Shown what happens (progress lines).
         clock: Seconds; the accountant's clock (wall time in a real run).
     """
 
     def __init__(self, *, study: StudyPort, accountant: Accountant, policy: Policy,
                  max_epochs: int, new_trials: int, max_failures: int = 0,
-                 max_restarts: int = 100, placement: Any = None,
+                 max_restarts: int = 100, placement: Any = None, fail_fast: int = 0,
+                 trial_log: Callable[[int], str | None] | None = None,
                  listener: Listener | None = None,
                  clock: Callable[[], float] | None = None):
         self.study = study
@@ -110,7 +116,17 @@ class SearchCore:
         self.queue: deque[int] = deque()  # trials to start again before anything new
         self.live: set[int] = set()  # trials handed to a worker and not yet gone
         self.closed_reason: str | None = None
-        self.abort_reason: str | None = None
+        self.trial_log = trial_log or (lambda number: None)
+        self.watch = FailFast(fail_fast)
+        #: The session's trials that failed for good, in the order they ended.
+        self.failures: list[Failure] = []
+        #: Why the session stops at once (RunAborted, RunFailed), once it must.
+        self.abort: HpsearchError | None = None
+
+    @property
+    def abort_reason(self) -> str | None:
+        """Why the session stops at once, or None while it goes on."""
+        return None if self.abort is None else str(self.abort)
 
     # -- a continued run --------------------------------------------------------------
 
@@ -211,6 +227,7 @@ class SearchCore:
             waiting = self.queue.popleft()
             self._finish(self.trials.get(waiting), Event.FAILED, TrialState.FAILED,
                          error=reason)
+            self.failures.append(Failure(waiting, reason, None))
         self.new_left = 0
         if self.closed_reason is None:
             self.closed_reason = reason
@@ -319,6 +336,8 @@ class SearchCore:
             self.listener.trial_finished(record)
             return state
         self._finish(record, Event.ENDED, state, error=metric_error)
+        if metric_error is not None:
+            self._fail_fast(Failure(number, metric_error, self.trial_log(number)), False)
         return state
 
     def preempted(self, number: int, reason: str, saved: bool = False) -> TrialState:
@@ -337,8 +356,9 @@ class SearchCore:
         self.live.discard(number)
         if record.preemptions + 1 > self.max_restarts:
             self.accountant.trial_ended(number, PREEMPTED, saved)
-            self._finish(record, Event.PREEMPTED, TrialState.FAILED,
-                         error=f"preempted more than preemption.max_restarts times ({reason})")
+            error = f"preempted more than preemption.max_restarts times ({reason})"
+            self._finish(record, Event.PREEMPTED, TrialState.FAILED, error=error)
+            self._fail_fast(Failure(number, error, self.trial_log(number)), False)
             return TrialState.FAILED
         record.preemptions += 1
         if saved:
@@ -362,8 +382,8 @@ class SearchCore:
         record = self.trials.check(number, Event.FAILED)
         self.live.discard(number)
         if setup:
-            if self.abort_reason is None:
-                self.abort_reason = error
+            if self.abort is None:
+                self.abort = RunAborted(error)
         elif record.failures + 1 <= self.max_failures:
             record.failures += 1
             self.accountant.trial_ended(number, FAILED)
@@ -376,7 +396,15 @@ class SearchCore:
             return TrialState.PENDING
         self.accountant.trial_ended(number, FAILED)
         self._finish(record, Event.FAILED, TrialState.FAILED, error=error)
+        self._fail_fast(Failure(number, error, self.trial_log(number)), setup)
         return TrialState.FAILED
+
+    def _fail_fast(self, failure: Failure, setup: bool) -> None:
+        """Count a trial's failure for good; stop the session if its first trials all
+        failed the same way (``search.fail_fast``)."""
+        self.failures.append(failure)
+        if self.abort is None and not setup and self.watch.failed(failure) is Verdict.STOP:
+            self.abort = RunFailed(self.watch.message())
 
     def moved(self, number: int, reason: str, requeue: bool) -> TrialState:
         """Trial ``number`` was taken off a worker queue before it ran (its node kind is
@@ -389,6 +417,8 @@ class SearchCore:
             self.listener.trial_requeued(record, Event.MOVED, reason)
             return TrialState.PENDING
         self._finish(record, Event.MOVED, TrialState.FAILED, error=reason)
+        # Not the trainable's failure: counted, but no evidence for fail-fast.
+        self.failures.append(Failure(number, reason, None))
         return TrialState.FAILED
 
     def _finish(self, record: TrialRecord, event: Event, state: TrialState,
@@ -403,6 +433,8 @@ class SearchCore:
             attrs[keys.ATTR_ERROR] = error[:2000]
         value = record.value if state is TrialState.COMPLETE else None
         self.study.finish(record.number, state, value, attrs)
+        if state is not TrialState.FAILED:
+            self.watch.succeeded()  # the trainable works for some configurations
         self.policy.on_end(record.number, record.epoch, state)
         self.listener.trial_finished(record)
 

@@ -1,0 +1,124 @@
+"""Every hpsearch exception survives pickling (Ray ships a trial's error to the driver
+that way), found dynamically so a new one cannot be forgotten."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+import pkgutil
+
+import cloudpickle
+import pytest
+
+import hpsearch
+from hpsearch.errors import ConfigError, HpsearchError
+
+
+def _import_everything() -> None:
+    for info in pkgutil.walk_packages(hpsearch.__path__, "hpsearch."):
+        if info.name.rsplit(".", 1)[-1] != "__main__":  # that one runs the CLI
+            importlib.import_module(info.name)
+
+
+def _subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return out
+
+
+def every_error_class() -> list[type]:
+    _import_everything()
+    classes = [HpsearchError, *_subclasses(HpsearchError)]
+    return sorted(set(classes), key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def sample(cls: type) -> HpsearchError:
+    """An instance built from its constructor's signature: every required argument a
+    distinct string (so a mix-up of arguments shows)."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    args, kwargs = [], {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
+            continue
+        value = f"{p.name}-of-{cls.__name__}"
+        if p.kind is p.KEYWORD_ONLY:
+            kwargs[p.name] = value
+        else:
+            args.append(value)
+    if not args and not kwargs:
+        args = [f"message of {cls.__name__}"]
+    return cls(*args, **kwargs)
+
+
+def test_the_walk_finds_the_errors_of_several_modules():
+    names = {c.__qualname__ for c in every_error_class()}
+    assert {"HpsearchError", "ConfigError", "TrialSetupError", "RunAborted", "RunFailed",
+            "RunInterrupted", "CurrencyError", "TrialOutOfMemory"} <= names
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps], ids=["pickle",
+                                                                          "cloudpickle"])
+@pytest.mark.parametrize("cls", every_error_class(), ids=lambda c: c.__qualname__)
+def test_every_error_round_trips(cls, dumps):
+    error = sample(cls)
+    back = pickle.loads(dumps(error))
+    assert type(back) is cls
+    assert str(back) == str(error)
+    assert back.args == error.args
+    assert back.exit_code == error.exit_code
+    assert vars(back) == vars(error)
+
+
+def test_a_config_error_keeps_its_field_reason_and_value():
+    for error in (ConfigError("space.lr.low", "must be > 0", 0.0),
+                  ConfigError("trainable", "no module named 'x'"),
+                  ConfigError("", "a reason without a field", None)):
+        back = pickle.loads(pickle.dumps(error))
+        assert (back.field, back.reason, back.value, str(back)) == \
+            (error.field, error.reason, error.value, str(error))
+        assert back.exit_code == 2
+
+
+def test_an_error_raised_and_caught_round_trips_with_its_cause_text():
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise ConfigError("search.n_trials", "must be >= 1", 0) from inner
+    except ConfigError as error:
+        back = pickle.loads(pickle.dumps(error))
+    assert str(back) == "search.n_trials: must be >= 1 (got 0)"
+
+
+def test_exit_codes_match_the_readme_and_the_cli():
+    import re
+    from pathlib import Path
+
+    from hpsearch import cli, errors
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", readme, re.M))
+    assert set(rows) == {"0", "1", "2", "130"}
+    assert "fail_fast" in rows["1"] and "no trial of the session completed" in rows["1"]
+    assert "contract" in rows["2"] and "bad input" in rows["2"]
+    assert (errors.RunFailed.exit_code, errors.RunAborted.exit_code,
+            errors.ConfigError.exit_code, errors.TrialSetupError.exit_code,
+            errors.RunInterrupted.exit_code) == (1, 2, 2, 2, 130)
+    for code in ("0: success", "1: the run could not succeed", "2: bad input", "130"):
+        assert code in cli.__doc__
+    assert "exit codes: 0 done" in cli.DESCRIPTION
+
+
+def test_the_readme_gives_fail_fasts_default():
+    import re
+    from pathlib import Path
+
+    from hpsearch.config import reference_keys
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (row,) = re.findall(r"^\| `search\.fail_fast` \| (\w+) \| (.+) \|$", readme, re.M)
+    default = dict((k, d) for k, d, _ in reference_keys())["search.fail_fast"]
+    assert row[0] == default == "3"
+    assert "`0` = never" in row[1] and "code 1" in row[1]
