@@ -165,38 +165,60 @@ class _WorkerDeathNotices:
 
 
 class _RaySession:
-    """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started."""
+    """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started.
+
+    A local Ray listens on 127.0.0.1 only, requires a per-run token and ends with the
+    driver (:class:`hpsearch.adapters.ray_local.LocalRay`). A Ray already initialised in
+    this process (a test's or a notebook's) is used as it is.
+    """
+
+    #: ``ray.init`` arguments of every session: Ray's start-up notices are not the
+    #: user's business; real problems surface as errors or in hpsearch.log.
+    INIT = {"include_dashboard": False, "log_to_driver": False,
+            "logging_level": logging.ERROR}
 
     def __init__(self, address: str | None):
         self.address = address
-        self.started = False
+        self.local = None
+        self.joined = False
 
     def __enter__(self):
         import ray
 
+        from hpsearch.adapters import ray_local
+
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        if not ray.is_initialized():
-            try:
-                ray.init(
-                    address=self.address,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    # Ray's start-up notices are not the user's business; real
-                    # problems surface as errors or in hpsearch.log.
-                    logging_level=logging.ERROR,
-                )
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ConfigError(
-                    "cluster.address", f"cannot reach the Ray cluster: {exc}", self.address
-                ) from None
-            self.started = True
+        if ray.is_initialized():
+            return ray
+        if self.address is None:
+            self.local = ray_local.LocalRay(**self.INIT).start()
+            return ray
+        try:
+            ray_local.connect(self.address, **self.INIT)
+        except (ConnectionError, RuntimeError, ValueError,
+                ray.exceptions.AuthenticationError) as exc:
+            raise ConfigError("cluster.address", _join_error(exc), self.address) from None
+        self.joined = True
         return ray
 
     def __exit__(self, *exc_info) -> None:
-        if self.started:
+        if self.local is not None:
+            self.local.stop()
+        elif self.joined:
             import ray
 
             ray.shutdown()
+
+
+def _join_error(exc: BaseException) -> str:
+    """One line on why joining a cluster failed (Ray's own messages run to paragraphs)."""
+    import ray
+
+    if isinstance(exc, ray.exceptions.AuthenticationError):
+        return ("the Ray cluster refused this process's token: set RAY_AUTH_MODE=token "
+                "and give the head's token in RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token)")
+    first = str(exc).strip().splitlines()
+    return f"cannot reach the Ray cluster: {first[0] if first else type(exc).__name__}"
 
 
 def _next_session(tune_dir: Path) -> str:
