@@ -197,7 +197,8 @@ class _RaySession:
             ray_local.connect(self.address, **self.INIT)
         except (ConnectionError, RuntimeError, ValueError,
                 ray.exceptions.AuthenticationError) as exc:
-            raise ConfigError("cluster.address", _join_error(exc), self.address) from None
+            raise ConfigError("cluster.address", ray_local.join_failure(exc),
+                              self.address) from None
         self.joined = True
         return ray
 
@@ -208,17 +209,6 @@ class _RaySession:
             import ray
 
             ray.shutdown()
-
-
-def _join_error(exc: BaseException) -> str:
-    """One line on why joining a cluster failed (Ray's own messages run to paragraphs)."""
-    import ray
-
-    if isinstance(exc, ray.exceptions.AuthenticationError):
-        return ("the Ray cluster refused this process's token: set RAY_AUTH_MODE=token "
-                "and give the head's token in RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token)")
-    first = str(exc).strip().splitlines()
-    return f"cannot reach the Ray cluster: {first[0] if first else type(exc).__name__}"
 
 
 def _next_session(tune_dir: Path) -> str:

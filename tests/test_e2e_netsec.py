@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -293,3 +295,145 @@ def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp):
     assert len(trials) == 3
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
     assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
+
+
+#: Run inside ``unshare -n`` (a network namespace with loopback only): the README's
+#: cluster steps with Ray 2.60's token authentication, two Ray nodes on one machine.
+CLUSTER_SCRIPT = r'''
+import fcntl, json, os, shutil, socket, struct, subprocess, sys, time
+from pathlib import Path
+
+from tests.test_e2e_netsec import probe
+
+work = Path(sys.argv[1])
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # `ray`, whatever its script's shebang
+PORT = 6379
+
+# Bring up this namespace's loopback (ip link set lo up, without iproute2).
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0))[:18])[1]
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+
+def env_for(home, **extra):
+    env = dict(os.environ, HOME=str(home), **extra)
+    return env
+
+homes = {k: work / k for k in ("head", "worker", "stranger")}
+for h in homes.values():
+    h.mkdir()
+result = {}
+
+def started(proc, what):
+    # `ray start --block` prints this once the node is up, then blocks.
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Ray runtime started" in line:
+            return
+    raise SystemExit(f"{what} did not start: " + "".join(lines[-30:]))
+
+# Head: a token (the README's `ray get-auth-token --generate`), then `ray start --head`.
+gen = subprocess.run([*RAY, "get-auth-token", "--generate"], env=env_for(homes["head"]),
+                     capture_output=True, text=True, timeout=120)
+token_file = homes["head"] / ".ray" / "auth_token"
+token = token_file.read_text().strip()
+result["generated"] = gen.returncode == 0 and len(token) == 64
+os.chmod(token_file, 0o600)
+procs = []
+try:
+    head = subprocess.Popen(
+        [*RAY, "start", "--head", f"--port={PORT}", "--num-cpus=0", "--include-dashboard=false",
+         "--block"], env=env_for(homes["head"]), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    procs.append(head)
+    started(head, "the head")
+    result["gcs_without_token"] = probe(PORT)
+
+    # A stranger (no token) cannot join, neither as a Ray worker nor as an hpsearch driver.
+    space = work / "space.yaml"
+    space.write_text(sys.argv[2])
+    stranger = subprocess.run(
+        [sys.executable, "-m", "hpsearch", "run", str(space), "--run-dir", str(work / "stranger-run"),
+         "--set", f"cluster.address=127.0.0.1:{PORT}"],
+        env=env_for(homes["stranger"]), cwd=work, capture_output=True, text=True, timeout=300)
+    result["stranger"] = [stranger.returncode, stranger.stderr.strip().splitlines()[-1:]]
+    result["stranger_wrote"] = (work / "stranger-run").exists()
+
+    # A worker given the head's token (copied to its own ~/.ray/auth_token) joins.
+    (homes["worker"] / ".ray").mkdir()
+    shutil.copy(token_file, homes["worker"] / ".ray" / "auth_token")
+    os.chmod(homes["worker"] / ".ray" / "auth_token", 0o600)
+    worker = subprocess.Popen(
+        [*RAY, "start", f"--address=127.0.0.1:{PORT}", "--num-cpus=2", "--block"],
+        env=env_for(homes["worker"], RAY_AUTH_MODE="token"), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    procs.append(worker)
+    started(worker, "the worker")
+
+    # The driver on the head: cluster.address=auto finds the head and its token.
+    run = subprocess.run(
+        [sys.executable, "-m", "hpsearch", "run", str(space), "--run-dir", str(work / "run"),
+         "--set", "cluster.address=auto", "--progress-interval", "1"],
+        env=env_for(homes["head"]), cwd=work, capture_output=True, text=True, timeout=600)
+    result["run"] = [run.returncode, run.stdout[-1500:], run.stderr[-1500:]]
+    result["token_printed"] = token in gen.stderr + run.stdout + run.stderr + stranger.stderr
+finally:
+    for proc in reversed(procs):
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+print("@@result@@" + json.dumps(result))
+'''
+
+
+def test_the_readme_cluster_steps_with_token_authentication(in_tmp):
+    """``ray start --head``, a worker with the head's token, ``cluster.address: auto``."""
+    from hpsearch.adapters.ray_local import reap
+
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.fail("this test needs `unshare -n` (root, util-linux): a network namespace "
+                    "keeps the cluster's traffic on loopback")
+    script = in_tmp / "cluster_flow.py"
+    script.write_text(CLUSTER_SCRIPT)
+    work = in_tmp / "work"
+    work.mkdir()
+    # Ray's sessions and ray_current_cluster: this test's own (short: Ray's sockets live
+    # there, and a Unix socket's path has at most 107 bytes).
+    ray_tmp = Path(tempfile.mkdtemp(prefix="hps-ray-"))
+    space = spec(**{"name": "cluster-token", "max_epochs": 2, "search.n_trials": 2,
+                    "search.concurrency": 2})
+    env = clean_env(RAY_TMPDIR=str(ray_tmp))
+    proc = subprocess.Popen(
+        ["unshare", "-n", sys.executable, str(script), str(work), json.dumps(space)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        # Whatever of the two Ray nodes outlived the script: it writes under ray_tmp.
+        reap("no-mark", [str(ray_tmp)], spare=(os.getpid(),))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    marker = [ln for ln in out.splitlines() if ln.startswith("@@result@@")]
+    assert proc.returncode == 0 and marker, out[-5000:]
+    result = json.loads(marker[-1][len("@@result@@"):])
+
+    assert result["generated"]
+    assert result["gcs_without_token"] == REFUSED
+    code, last = result["stranger"]
+    assert code == 2 and last and last[0].startswith("hpsearch: error: cluster.address: "), last
+    assert "RAY_AUTH_MODE=token" in last[0]
+    assert not result["stranger_wrote"]
+    code, stdout, stderr = result["run"]
+    assert code == 0, stdout + stderr
+    assert "2/2 done: 2 complete" in stdout
+    assert not result["token_printed"]
+    study = optuna.load_study(study_name="cluster-token",
+                              storage=f"sqlite:///{work / 'run' / 'optuna.db'}")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2

@@ -406,3 +406,26 @@ def connect(address: str, **init_kwargs: Any) -> None:
     else:
         ray.init(address=address, **init_kwargs)
 
+
+
+#: What a process needs to join a cluster that has token authentication on.
+TOKEN_HINT = ("set RAY_AUTH_MODE=token and give the head's token in RAY_AUTH_TOKEN_PATH "
+              "(or ~/.ray/auth_token)")
+
+
+def join_failure(exc: BaseException) -> str:
+    """One line on why :func:`connect` failed, for a ``cluster.address`` error.
+
+    Ray's own messages run to paragraphs. A cluster with token authentication answers a
+    process without ``RAY_AUTH_MODE=token`` with a plain connection failure, so that
+    failure carries the hint too.
+    """
+    import ray
+
+    if isinstance(exc, ray.exceptions.AuthenticationError):
+        return f"the Ray cluster refused this process's token: {TOKEN_HINT}"
+    lines = str(exc).strip().splitlines()
+    reason = f"cannot reach the Ray cluster: {lines[0] if lines else type(exc).__name__}"
+    if isinstance(exc, ConnectionError) and os.environ.get(AUTH_MODE_ENV) != "token":
+        reason += f"; if it uses token authentication, {TOKEN_HINT}"
+    return reason
