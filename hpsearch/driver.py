@@ -191,7 +191,10 @@ class _RaySession:
         if ray.is_initialized():
             return ray
         if self.address is None:
-            self.local = ray_local.LocalRay(**self.INIT).start()
+            try:
+                self.local = ray_local.LocalRay(**self.INIT).start()
+            except (ConnectionError, RuntimeError, OSError, ValueError) as exc:
+                raise HpsearchError(ray_local.start_failure(exc)) from None
             return ray
         try:
             ray_local.connect(self.address, **self.INIT)

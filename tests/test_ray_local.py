@@ -190,3 +190,27 @@ def test_a_sigkilled_parent_sets_the_watchdog_off(tmp_path, procs):
     while secrets_dir.exists() and time.monotonic() < deadline:
         time.sleep(0.05)  # the watchdog deletes the token's folder last
     assert not secrets_dir.exists()
+
+
+def test_join_failures_are_one_line_with_the_token_hint(monkeypatch):
+    from ray.exceptions import AuthenticationError
+
+    from hpsearch.adapters.ray_local import join_failure, start_failure
+
+    refused = ConnectionError("Failed to connect to Ray cluster at h:6379\nTraceback ...")
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    line = join_failure(refused)
+    assert line == ("cannot reach the Ray cluster: Failed to connect to Ray cluster at "
+                    "h:6379; if it uses token authentication, set RAY_AUTH_MODE=token and "
+                    "give the head's token in RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token)")
+    # With the token mode on, a failed connection is just that.
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert join_failure(refused) == ("cannot reach the Ray cluster: Failed to connect to "
+                                     "Ray cluster at h:6379")
+    assert join_failure(ValueError("Invalid address format: x")) == (
+        "cannot reach the Ray cluster: Invalid address format: x")
+    wrong = join_failure(AuthenticationError("Authentication token is missing or incorrect."
+                                             "\nlong explanation"))
+    assert wrong.startswith("the Ray cluster refused this process's token: set "
+                            "RAY_AUTH_MODE=token") and "\n" not in wrong
+    assert start_failure(RuntimeError("")) == "cannot start a local Ray: RuntimeError"

@@ -413,6 +413,16 @@ TOKEN_HINT = ("set RAY_AUTH_MODE=token and give the head's token in RAY_AUTH_TOK
               "(or ~/.ray/auth_token)")
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def start_failure(exc: BaseException) -> str:
+    """One line on why :meth:`LocalRay.start` failed."""
+    return f"cannot start a local Ray: {_first_line(exc)}"
+
+
 def join_failure(exc: BaseException) -> str:
     """One line on why :func:`connect` failed, for a ``cluster.address`` error.
 
@@ -424,8 +434,7 @@ def join_failure(exc: BaseException) -> str:
 
     if isinstance(exc, ray.exceptions.AuthenticationError):
         return f"the Ray cluster refused this process's token: {TOKEN_HINT}"
-    lines = str(exc).strip().splitlines()
-    reason = f"cannot reach the Ray cluster: {lines[0] if lines else type(exc).__name__}"
+    reason = f"cannot reach the Ray cluster: {_first_line(exc)}"
     if isinstance(exc, ConnectionError) and os.environ.get(AUTH_MODE_ENV) != "token":
         reason += f"; if it uses token authentication, {TOKEN_HINT}"
     return reason
