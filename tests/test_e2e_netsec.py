@@ -4,7 +4,8 @@
   call without the run's token (gRPC ``UNAUTHENTICATED``, HTTP 401); the token is in a
   0600 file, in no output or log, and gone with the run.
 - A SIGKILLed driver's Ray processes end within seconds (Ray's agents alone linger about a
-  minute), and ``resume`` right after it completes every trial.
+  minute), and ``resume`` right after it, with the dying cluster named as Ray's current
+  one, starts a Ray of its own and completes every trial.
 - The README's cluster steps with Ray 2.60's token authentication (``ray start --head``, a
   worker given the head's token, ``hpsearch run --set cluster.address=auto``), in a
   network namespace of the test's own so that no address but loopback exists.
@@ -248,7 +249,10 @@ def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp):
     space = in_tmp / "space.yaml"
     space.write_text(json.dumps(spec(**{"name": "killed", "max_epochs": 8,
                                         "search.n_trials": 3, "search.concurrency": 2})))
-    env = clean_env()
+    # Ray's folder of this test's own (short: Unix socket paths live there), where the
+    # dying cluster's address is left for resume to find, as a `ray start` would.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="hps-ray-"))
+    env = clean_env(RAY_TMPDIR=str(ray_tmp))
     driver = subprocess.Popen(
         [sys.executable, "-m", "hpsearch", "run", str(space), "--run-dir", "run", "--quiet"],
         cwd=in_tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -269,9 +273,14 @@ def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp):
         old = psutil.Process(driver.pid).children(recursive=True)
         old_names = sorted(p.name() for p in old)
         assert "ray::RuntimeEnvAgent" in old_names and "ray::DashboardAgent" in old_names
+        gcs_ports = [c.laddr.port for p in old if p.name() == "gcs_server"
+                     for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+        assert gcs_ports
 
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
+        # What plain ray.init() would join: the dying cluster, named as the current one.
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{gcs_ports[0]}")
         # Resume at once, while the old run's processes may still be ending.
         resumed = subprocess.Popen(
             [sys.executable, "-m", "hpsearch", "resume", "run"], cwd=in_tmp, env=env,
@@ -288,6 +297,7 @@ def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp):
                 proc.kill()
                 proc.wait()
         _kill_leftovers(old)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert resumed.returncode == 0, out[-2000:] + err[-2000:]
     assert "resuming" in out
     assert "Traceback" not in out + err

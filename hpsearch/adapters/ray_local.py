@@ -329,13 +329,13 @@ class LocalRay:
         if ray.is_initialized():
             raise RuntimeError("ray is already initialised in this process")
         mark = secrets.token_hex(16)
-        self._secrets_dir = tempfile.mkdtemp(prefix="hpsearch-ray-")  # mode 0700
-        token_path = Path(self._secrets_dir) / "auth_token"
-        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
         self._env = _Environment(RUN_ENV)
         try:
+            self._secrets_dir = tempfile.mkdtemp(prefix="hpsearch-ray-")  # mode 0700
+            token_path = Path(self._secrets_dir) / "auth_token"
+            fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
             self._watchdog = _Watchdog(mark, self._secrets_dir)
             os.environ[MARK_ENV] = mark
             os.environ[AUTH_MODE_ENV] = "token"
@@ -405,7 +405,6 @@ def connect(address: str, **init_kwargs: Any) -> None:
             ray.init(address=address, **init_kwargs)
     else:
         ray.init(address=address, **init_kwargs)
-
 
 
 #: What a process needs to join a cluster that has token authentication on.
