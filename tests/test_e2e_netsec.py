@@ -54,6 +54,18 @@ GONE = "gone"  # the socket closed before it could be probed (a worker that ende
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
+@pytest.fixture
+def ray_tmp():
+    """A RAY_TMPDIR of the test's own: Ray's sessions, logs and ray_current_cluster.
+
+    Short, under /tmp: Ray's Unix sockets live there and a socket's path has at most
+    107 bytes (pytest's tmp_path is too long).
+    """
+    path = Path(tempfile.mkdtemp(prefix="hps-ray-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without the test session's own Ray token and mark."""
     env = {k: v for k, v in os.environ.items() if k not in RUN_ENV}
@@ -190,14 +202,14 @@ def _kill_leftovers(procs: list) -> None:
             pass
 
 
-def test_a_runs_sockets_are_on_loopback_and_refuse_a_caller_without_the_token(in_tmp):
+def test_a_runs_sockets_are_on_loopback_and_refuse_a_caller_without_the_token(in_tmp, ray_tmp):
     import psutil
 
     # A user who switched Ray's token off, with a home of their own: the local run is
     # protected all the same, and Ray's shared ~/.ray/auth_token is neither read nor made.
     home = in_tmp / "home"
     home.mkdir()
-    env = clean_env(RAY_AUTH_MODE="disabled", HOME=str(home))
+    env = clean_env(RAY_AUTH_MODE="disabled", HOME=str(home), RAY_TMPDIR=str(ray_tmp))
     driver = subprocess.Popen(
         [sys.executable, "-m", "hpsearch", "run", str(REPO / "search_spaces/digits_mlp.yaml"),
          "--set", "search.n_trials=2", "--set", "max_epochs=3", "--progress-interval", "1"],
@@ -234,24 +246,25 @@ def test_a_runs_sockets_are_on_loopback_and_refuse_a_caller_without_the_token(in
     assert len(token) == 64 and mode == 0o600 and dir_mode == 0o700
     for text in (out, err):
         assert token not in text
-    for file in (in_tmp / "runs").rglob("*"):
-        if file.is_file():
-            assert token.encode() not in file.read_bytes(), file
+    files = [f for top in (in_tmp / "runs", ray_tmp) for f in top.rglob("*")
+             if f.is_file() and not f.is_socket()]
+    assert len(files) > 20  # the run's files and Ray's session logs
+    for file in files:
+        assert token.encode() not in file.read_bytes(), file
     assert not Path(path).exists() and not Path(path).parent.exists()
     assert not (home / ".ray").exists()
     # Nothing of the run is left behind.
     assert _gone_within(tree, 15) is not None, [p for p in tree if p.is_running()]
 
 
-def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp):
+def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp, ray_tmp):
     import psutil
 
     space = in_tmp / "space.yaml"
     space.write_text(json.dumps(spec(**{"name": "killed", "max_epochs": 8,
                                         "search.n_trials": 3, "search.concurrency": 2})))
-    # Ray's folder of this test's own (short: Unix socket paths live there), where the
-    # dying cluster's address is left for resume to find, as a `ray start` would.
-    ray_tmp = Path(tempfile.mkdtemp(prefix="hps-ray-"))
+    # The dying cluster's address is left in ray_tmp for resume to find, as `ray start`
+    # leaves its cluster's.
     env = clean_env(RAY_TMPDIR=str(ray_tmp))
     driver = subprocess.Popen(
         [sys.executable, "-m", "hpsearch", "run", str(space), "--run-dir", "run", "--quiet"],
@@ -297,7 +310,6 @@ def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp):
                 proc.kill()
                 proc.wait()
         _kill_leftovers(old)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert resumed.returncode == 0, out[-2000:] + err[-2000:]
     assert "resuming" in out
     assert "Traceback" not in out + err
@@ -319,15 +331,18 @@ work = Path(sys.argv[1])
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # `ray`, whatever its script's shebang
 PORT = 6379
 
+interfaces = [name for _, name in socket.if_nameindex()]
+if interfaces != ["lo"]:  # Ray would use the machine's address: stop before it starts
+    raise SystemExit(f"not in a network namespace of loopback only: {interfaces}")
 # Bring up this namespace's loopback (ip link set lo up, without iproute2).
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0))[:18])[1]
+    request = struct.pack("16sH", b"lo", 0)
+    flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, request)[:18])[1]
     fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 def env_for(home, **extra):
-    env = dict(os.environ, HOME=str(home), **extra)
-    return env
+    return dict(os.environ, HOME=str(home), **extra)
 
 homes = {k: work / k for k in ("head", "worker", "stranger")}
 for h in homes.values():
@@ -364,7 +379,8 @@ try:
     space = work / "space.yaml"
     space.write_text(sys.argv[2])
     stranger = subprocess.run(
-        [sys.executable, "-m", "hpsearch", "run", str(space), "--run-dir", str(work / "stranger-run"),
+        [sys.executable, "-m", "hpsearch", "run", str(space),
+         "--run-dir", str(work / "stranger-run"),
          "--set", f"cluster.address=127.0.0.1:{PORT}"],
         env=env_for(homes["stranger"]), cwd=work, capture_output=True, text=True, timeout=300)
     result["stranger"] = [stranger.returncode, stranger.stderr.strip().splitlines()[-1:]]
@@ -400,7 +416,7 @@ print("@@result@@" + json.dumps(result))
 '''
 
 
-def test_the_readme_cluster_steps_with_token_authentication(in_tmp):
+def test_the_readme_cluster_steps_with_token_authentication(in_tmp, ray_tmp):
     """``ray start --head``, a worker with the head's token, ``cluster.address: auto``."""
     from hpsearch.adapters.ray_local import reap
 
@@ -411,9 +427,6 @@ def test_the_readme_cluster_steps_with_token_authentication(in_tmp):
     script.write_text(CLUSTER_SCRIPT)
     work = in_tmp / "work"
     work.mkdir()
-    # Ray's sessions and ray_current_cluster: this test's own (short: Ray's sockets live
-    # there, and a Unix socket's path has at most 107 bytes).
-    ray_tmp = Path(tempfile.mkdtemp(prefix="hps-ray-"))
     space = spec(**{"name": "cluster-token", "max_epochs": 2, "search.n_trials": 2,
                     "search.concurrency": 2})
     env = clean_env(RAY_TMPDIR=str(ray_tmp))
@@ -429,7 +442,6 @@ def test_the_readme_cluster_steps_with_token_authentication(in_tmp):
             proc.wait()
         # Whatever of the two Ray nodes outlived the script: it writes under ray_tmp.
         reap("no-mark", [str(ray_tmp)], spare=(os.getpid(),))
-        shutil.rmtree(ray_tmp, ignore_errors=True)
     marker = [ln for ln in out.splitlines() if ln.startswith("@@result@@")]
     assert proc.returncode == 0 and marker, out[-5000:]
     result = json.loads(marker[-1][len("@@result@@"):])
