@@ -156,35 +156,50 @@ class _WorkerDeathNotices:
 
 
 class _RaySession:
-    """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started."""
+    """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started.
+
+    A local Ray listens on 127.0.0.1 only, requires a per-run token and ends with the
+    driver (:class:`hpsearch.adapters.ray_local.LocalRay`). A Ray already initialised in
+    this process (a test's or a notebook's) is used as it is.
+    """
+
+    #: ``ray.init`` arguments of every session: Ray's start-up notices are not the
+    #: user's business; real problems surface as errors or in hpsearch.log.
+    INIT = {"include_dashboard": False, "log_to_driver": False,
+            "logging_level": logging.ERROR}
 
     def __init__(self, address: str | None):
         self.address = address
-        self.started = False
+        self.local = None
+        self.joined = False
 
     def __enter__(self):
         import ray
 
+        from hpsearch.adapters import ray_local
+
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        if not ray.is_initialized():
+        if ray.is_initialized():
+            return ray
+        if self.address is None:
             try:
-                ray.init(
-                    address=self.address,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    # Ray's start-up notices are not the user's business; real
-                    # problems surface as errors or in hpsearch.log.
-                    logging_level=logging.ERROR,
-                )
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ConfigError(
-                    "cluster.address", f"cannot reach the Ray cluster: {exc}", self.address
-                ) from None
-            self.started = True
+                self.local = ray_local.LocalRay(**self.INIT).start()
+            except (ConnectionError, RuntimeError, OSError, ValueError) as exc:
+                raise HpsearchError(ray_local.start_failure(exc)) from None
+            return ray
+        try:
+            ray_local.connect(self.address, **self.INIT)
+        except (ConnectionError, RuntimeError, ValueError,
+                ray.exceptions.AuthenticationError) as exc:
+            raise ConfigError("cluster.address", ray_local.join_failure(exc),
+                              self.address) from None
+        self.joined = True
         return ray
 
     def __exit__(self, *exc_info) -> None:
-        if self.started:
+        if self.local is not None:
+            self.local.stop()
+        elif self.joined:
             import ray
 
             ray.shutdown()

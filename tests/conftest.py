@@ -16,16 +16,21 @@ def ray_cluster():
     """A real local Ray with 2 CPUs; hpsearch.run joins it instead of starting its own."""
     import ray
 
+    from hpsearch.adapters.ray_local import LocalRay
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Trial processes import tests.trainables: the repo root must be on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
     )
-    # address="local": a fresh cluster, never one another process left running.
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR)
+    # A fresh cluster, never one another process left running; protected as a run's own
+    # Ray is (loopback only, a token for this session, ended with this process), so a
+    # test's subprocess joins it with cluster.address=<its address> and the token's
+    # environment it inherits.
+    cluster = LocalRay(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                       logging_level=logging.ERROR).start()
     yield ray
-    ray.shutdown()
+    cluster.stop()
 
 
 @pytest.fixture
