@@ -655,9 +655,6 @@ class _Session:
         """End the session in the core; raise if it was stopped early or interrupted;
         return the error to raise after the summary when no trial completed."""
         interrupted = core.abort is None and bool(core.live)
-        if core.abort is not None:
-            for number in sorted(core.live):
-                core.failed(number, "run aborted", setup=True)
         leftover = core.close(interrupted=interrupted)
         self.accountant.ledger.close_all(self.backend.clock(), FAILED)
         self.stop_reason = core.stop_reason

@@ -398,3 +398,14 @@ def test_ledger_outcomes_follow_the_ends():
     core.failed(2, "boom")
     outcomes = {i.trial: i.outcome for i in core.accountant.ledger.intervals}
     assert outcomes == {0: DONE, 1: STOPPED, 2: FAILED}
+
+
+def test_closing_an_aborted_session_fails_what_still_runs_without_a_line_of_its_own():
+    core, study, _, listener = make(n=3)
+    start(core)
+    start(core)
+    core.failed(0, "contract broken", setup=True)
+    assert core.close() == []
+    assert study.states[1] is S.FAILED and study.attrs[1][keys.ATTR_ERROR] == "run aborted"
+    assert ("finished", 1, S.FAILED) not in listener.lines
+    assert [f.number for f in core.failures] == [0]

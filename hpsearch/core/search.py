@@ -422,7 +422,7 @@ class SearchCore:
         return TrialState.FAILED
 
     def _finish(self, record: TrialRecord, event: Event, state: TrialState,
-                error: str | None = None) -> None:
+                error: str | None = None, quiet: bool = False) -> None:
         """Move ``record`` to a finished ``state`` and tell the study and the listener
         (its billing already ended)."""
         self.trials.move(record.number, event, state)
@@ -436,7 +436,8 @@ class SearchCore:
         if state is not TrialState.FAILED:
             self.watch.succeeded()  # the trainable works for some configurations
         self.policy.on_end(record.number, record.epoch, state)
-        self.listener.trial_finished(record)
+        if not quiet:
+            self.listener.trial_finished(record)
 
     def _money(self, number: int) -> dict[str, Any]:
         money = self.accountant.ledger.trial_money(number, self.clock())
@@ -455,6 +456,14 @@ class SearchCore:
         """
         if interrupted:
             return sorted(self.live | set(self.queue))
+        if self.abort is not None:
+            # Stopped at once: what was still running ends FAILED, without a line of its
+            # own (the run's error says why) and without counting as evidence.
+            for number in sorted(self.live):
+                self.live.discard(number)
+                self.accountant.trial_ended(number, FAILED)
+                self._finish(self.trials.get(number), Event.FAILED, TrialState.FAILED,
+                             error="run aborted", quiet=True)
         reason = self.closed_reason or "the session ended"
         for number in self.trials.in_state(TrialState.PAUSED):
             record = self.trials.get(number)
