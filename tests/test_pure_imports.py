@@ -43,6 +43,7 @@ PURE_MODULES = [
     "hpsearch.preemption",
     "hpsearch.nodekinds",
     "hpsearch.simulate",
+    "hpsearch.faults",
 ]
 MARKER = "@@hpsearch-test-result@@"
 

@@ -21,6 +21,7 @@ from hpsearch import keys
 from hpsearch.adapters.study import StudyRecorder
 from hpsearch.budget import Accountant, Admission
 from hpsearch.errors import TrialSetupError
+from hpsearch.faults import disk_full_cause
 from hpsearch.ledger import DONE, FAILED, PREEMPTED, STOPPED
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,8 @@ class StudyCallback(Callback):
         self.on_end = on_end
         self.on_restart = on_restart
         self.abort_reason: str | None = None
+        #: Where a trial's write failed for lack of space (the run stops, trials resumable).
+        self.disk_full: str | None = None
 
     def _money(self, number: int | None) -> dict[str, Any]:
         if number is None:
@@ -239,6 +242,17 @@ class StudyCallback(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         number = self.recorder.number(trial.trial_id)
+        error, trace = _load_error(trial)
+        full = disk_full_cause(error, trace)
+        if number is not None and full is not None:
+            # A full disk is not the trial's fault: no FAIL, no retry used; it stays
+            # RUNNING in the study and the next run resumes it from its checkpoint.
+            self.accountant.trial_ended(number, FAILED)
+            self.recorder.detach(trial.trial_id)
+            if self.disk_full is None:
+                self.disk_full = full.path or (str(self.store_for(number).folder)
+                                               if self.store_for else "the run dir")
+            return
         text, setup, node_lost = error_summary(trial)
         if number is not None and not setup:
             preempted = self._preempted_because(trial, number, node_lost)
@@ -267,4 +281,4 @@ class AbortStopper(Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return self.callback.abort_reason is not None
+        return self.callback.abort_reason is not None or self.callback.disk_full is not None

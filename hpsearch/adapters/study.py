@@ -64,6 +64,24 @@ def existing_study_config(url: str, name: str) -> dict[str, Any] | None:
         storage.engine.dispose()
 
 
+def existing_study_record(url: str, name: str) -> tuple[dict[str, Any], set[int]] | None:
+    """The user attributes of study ``name`` at ``url`` and the numbers of its trials that
+    were billed (a ``cost`` attribute above 0), or None if there is no such study."""
+    storage = make_storage(url)
+    try:
+        for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+            if summary.study_name == name:
+                study_id = storage.get_study_id_from_name(name)
+                billed = {t.number for t in storage.get_all_trials(study_id, deepcopy=False)
+                          if isinstance(t.user_attrs.get(keys.ATTR_COST), (int, float))
+                          and t.user_attrs[keys.ATTR_COST] > 0}
+                return dict(summary.user_attrs), billed
+        return None
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()
+
+
 def check_compatible(previous: dict[str, Any], config: Config) -> None:
     """Raise ConfigError if ``config`` cannot continue a study recorded with ``previous``."""
     current = config.to_dict()
