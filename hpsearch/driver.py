@@ -513,7 +513,6 @@ def run(
                 full = _disk_full(exc, run_path, url)
                 if full is None:
                     raise
-                log.error("%s", full)
                 raise full from None
     except BaseException:
         if not started and lock.held and made:
