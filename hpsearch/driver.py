@@ -144,23 +144,26 @@ def _check_owner(config, url: str, attrs: Mapping[str, Any], billed: set[int], l
     where = attrs.get(keys.ATTR_RUN_DIR)
     if owner is not None and owner == ledger.id:
         return
+    elsewhere = where is not None and run_path is not None and Path(where) != run_path
     if owner is None:
         foreign = sorted(billed - set(ledger.trials()))
         if not foreign:
             return
         why = (f"its trials {', '.join(map(str, foreign[:5]))}"
                f"{' ...' if len(foreign) > 5 else ''} were billed in another run dir's "
-               f"ledger")
+               f"ledger, so its money would restart from zero here")
+    elif elsewhere:
+        why = (f"it belongs to run dir {display_path(Path(where))}, whose ledger.jsonl "
+               f"holds its money")
     else:
-        why = "it belongs to another run dir, whose ledger.jsonl holds its money"
-    there = (f" ({display_path(Path(where))})" if where and run_path is not None
-             and Path(where) != run_path else "")
-    hint = (f"continue it from that run dir (--run-dir {display_path(Path(where))})"
-            if there else "continue it from the run dir it ran in")
+        why = ("its money is in another ledger than this run dir's ledger.jsonl (replaced "
+               "or deleted?), so it would restart from zero here")
+    hint = (f"continue it there (--run-dir {display_path(Path(where))})" if elsewhere
+            else "continue it from the run dir it ran in")
+    shown = display_path(run_path) if run_path is not None else "this run dir"
     raise ConfigError(
-        "storage", f"study '{config.name}' cannot be run from "
-        f"{display_path(run_path) if run_path else 'this run dir'}: {why}{there}; {hint}, "
-        f"or give this search another name", display_url(url, run_path or Path(".")))
+        "storage", f"study '{config.name}' cannot be run from {shown}: {why}; {hint}, or "
+        f"give this search another name", display_url(url, run_path or Path(".")))
 
 
 def _concurrency(config: config_mod.Config, resources: Mapping[str, float]) -> int:
@@ -463,9 +466,15 @@ def run(
         A :class:`RunResult` with the study, the best trial and the run dir.
 
     Raises:
-        ConfigError: Bad input; nothing was written.
+        ConfigError: Bad input, or a run dir that cannot be used as it is (read-only,
+            held by another driver: :class:`~hpsearch.faults.RunDirBusy`, or a study
+            that belongs to another run dir); nothing was written.
+        LedgerCorrupt: A damaged line inside the ledger (``hpsearch repair`` mends it).
         RunAborted: Trials cannot run as configured (e.g. the objective is never logged).
-        RunInterrupted: Ctrl-C; finished trials are kept.
+        RunInterrupted: Ctrl-C or SIGTERM; finished trials are kept, unfinished ones
+            resume from their checkpoints.
+        DiskFull: A write failed for lack of space; the run stopped cleanly and
+            ``resume`` continues it once space is freed.
     """
     from hpsearch import pricing
     from hpsearch.ledger import Ledger

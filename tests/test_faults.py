@@ -251,7 +251,8 @@ def test_a_second_run_dir_on_a_shared_study_is_refused(tmp_path, ledger_id):
         hpsearch.run({**SPACE, "storage": url}, run_dir=tmp_path / "second", emit=None)
     text = str(info.value)
     assert text.startswith(f"storage: study '{SPACE['name']}' cannot be run from ")
-    assert ("belongs to another run dir" if ledger_id else "were billed in another") in text
+    assert ("belongs to run dir /somewhere/else" if ledger_id
+            else "trials 0 were billed in another run dir's ledger") in text
     assert not (tmp_path / "second").exists()
 
 
