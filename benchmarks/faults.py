@@ -63,7 +63,9 @@ class Driver:
     def __init__(self, folder: Path, *args: str):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hpsearch", *args], cwd=folder,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+            # A Ray of its own: ray.init() would join any cluster `ray start` left here.
+            env=dict(os.environ, PYTHONPATH=str(ROOT), RAY_ADDRESS="local"),
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -37,7 +37,9 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.slow
 
-ENV = dict(os.environ, PYTHONPATH=str(REPO))
+#: Each driver starts a Ray of its own ("local"): without it, ray.init() joins any Ray
+#: cluster `ray start` left on this machine, and trials would run someone else's code.
+ENV = dict(os.environ, PYTHONPATH=str(REPO), RAY_ADDRESS="local")
 SPENT = re.compile(r"spent ([0-9.]+) USD")  # the status lines
 CONTINUING = re.compile(r"finished, ([0-9.]+) USD spent")  # the first line of a resume
 

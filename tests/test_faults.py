@@ -283,3 +283,31 @@ def test_disk_full_message_names_the_path_and_the_way_out(tmp_path, monkeypatch)
     assert str(error).startswith("disk full at runs/x/optuna.db: free space and run "
                                  "python -m hpsearch resume runs/x")
     assert error.exit_code == EXIT_DISK_FULL != EXIT_CONFIG
+
+
+# ---------------------------------------------------------------------------------------
+# A driver killed while Optuna was suggesting a trial's params
+
+
+def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(tmp_path):
+    import optuna
+
+    from hpsearch import config as config_mod
+    from hpsearch.adapters.study import StudyRecorder
+
+    raw = {**SPACE, "space": {
+        "lr": {"type": "float", "low": 1.0e-3, "high": 0.05, "log": True},
+        "hidden": {"type": "int", "low": 16, "high": 64},
+        "opt": {"type": "categorical", "choices": ["adam", "sgd"]}}}
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(storage=url, study_name=raw["name"], direction="maximize")
+    study.enqueue_trial({"lr": 0.01, "hidden": 32, "opt": "sgd"})
+    trial = study.ask()  # popped, RUNNING ...
+    trial.suggest_float("lr", 1.0e-3, 0.05, log=True)  # ... and killed after one param
+    recorder = StudyRecorder(config_mod.load(raw), url)
+    try:
+        assert recorder.unfinished_numbers() == [0]
+        number, params, _ = recorder.resume("ray-1", 0)
+        assert (number, params) == (0, {"lr": 0.01, "hidden": 32, "opt": "sgd"})
+    finally:
+        recorder.close()

@@ -95,6 +95,25 @@ def check_compatible(previous: dict[str, Any], config: Config) -> None:
             )
 
 
+def _suggest_missing(trial: optuna.trial.Trial, distributions: dict[str, Any],
+                     have: dict[str, Any]) -> None:
+    """Suggest the params of ``distributions`` that ``trial`` does not have yet."""
+    from optuna.distributions import (CategoricalDistribution, FloatDistribution,
+                                      IntDistribution)
+
+    for name, dist in distributions.items():
+        if name in have:
+            continue
+        if isinstance(dist, FloatDistribution):
+            trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+        elif isinstance(dist, IntDistribution):
+            trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+        elif isinstance(dist, CategoricalDistribution):
+            trial.suggest_categorical(name, dist.choices)
+        else:
+            raise TypeError(f"{name}: unsupported distribution {dist!r}")
+
+
 @dataclass
 class _Live:
     trial: optuna.trial.Trial
@@ -199,6 +218,11 @@ class StudyRecorder:
             trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
             frozen = self.storage.get_trial(trial_id)
             trial = optuna.trial.Trial(self.study, trial_id)
+            if set(self._distributions) - set(frozen.params):
+                # The driver died while Optuna was suggesting them: suggest the rest now
+                # (an enqueued trial gets its fixed values) rather than run with defaults.
+                _suggest_missing(trial, self._distributions, frozen.params)
+                frozen = self.storage.get_trial(trial_id)
             trial.set_user_attr(keys.ATTR_RAY_TRIAL_ID, ray_trial_id)
             steps = set(frozen.intermediate_values)
             last = max(steps) if steps else 0
