@@ -37,6 +37,7 @@ from benchmarks.common import ROOT
 NAME = "faults"
 N_TRIALS = 4
 SPENT = re.compile(r"spent ([0-9.]+) USD")
+CONTINUING = re.compile(r"finished, ([0-9.]+) USD spent")  # resume's first line
 PARAMS = [{"lr": 0.01, "hidden": 32}, {"lr": 0.02, "hidden": 16},
           {"lr": 0.005, "hidden": 48}, {"lr": 0.03, "hidden": 24}]
 
@@ -130,6 +131,7 @@ class Row:
     per_epoch: bool = False
     exact: bool = False
     money: str = ""
+    spent: float = 0.0
     wasted_s: float = 0.0
     lost: str = ""
     notes: list[str] = field(default_factory=list)
@@ -140,6 +142,7 @@ class Matrix:
         self.root = root
         self.epochs = epochs
         self.reference: dict[int, float] = {}
+        self.kept: float | None = None  # money the last resume started from
 
     def folder(self, name: str) -> Path:
         path = self.root / name
@@ -170,11 +173,10 @@ class Matrix:
         row.exact = state["values"] == self.reference
         ledger = Ledger(folder / run_dir / "ledger.jsonl")
         spent = ledger.spent()
-        if shown is not None:
-            row.money = (f"{shown:.6f} <= {spent:.6f}" if spent + 5e-7 >= shown
-                         else f"LOST: {shown:.6f} > {spent:.6f}")
-        else:
-            row.money = f"{spent:.6f}"
+        if shown is not None and self.kept is not None:
+            row.money = (f"{shown:.6f} <= {self.kept:.6f}" if self.kept >= shown
+                         else f"LOST: {shown:.6f} > {self.kept:.6f}")
+        row.spent = spent
         row.wasted_s = sum(i.wasted_s() for i in ledger.intervals)
         resumed = sum(1 for t in trials if t.user_attrs.get("resumed_from_epochs"))
         row.lost = (f"{row.wasted_s:.1f} s of work since checkpoints; {resumed} trial(s) "
@@ -182,16 +184,20 @@ class Matrix:
         return row
 
     def resume(self, folder: Path, run_dir: str = "run") -> int:
-        driver = Driver(folder, "resume", run_dir, "--quiet")
+        driver = Driver(folder, "resume", run_dir, "--progress-interval", "600")
         code = driver.finish()
         if code != 0:
             print("\n".join(driver.lines[-20:]), file=sys.stderr)
+        found = CONTINUING.search("\n".join(driver.lines[:3]))
+        # No "Continuing" line: nothing had been billed (no trial had started).
+        self.kept = float(found.group(1)) if found else 0.0
         return code
 
     # -- scenarios -----------------------------------------------------------------------
 
     def stop(self, fault: str, moment: Callable[[list[str], Path], bool], how: str,
              after: Callable[[Path], list[int]] | None = None) -> Row:
+        self.kept = None
         folder = self.folder(fault.replace(" ", "-").replace(",", ""))
         driver = Driver(folder, "run", "space.yaml", "--run-dir", "run",
                         "--progress-interval", "1")
@@ -361,15 +367,15 @@ def shared_study(matrix: Matrix) -> Row:
 
 def render(rows: list[Row]) -> list[str]:
     header = ["fault", "exit codes (run, ..., resume)", "complete", "RUNNING left", "FAIL",
-              "one value per epoch", "values = uninterrupted", "money: shown <= billed",
-              "lost"]
+              "one value per epoch", "values = uninterrupted",
+              "money: last shown <= resumed from", "total spent", "lost"]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         out.append("| " + " | ".join([
             r.fault, r.codes, r.complete, str(r.running), str(r.failed),
             "yes" if r.per_epoch else "-" if r.complete in ("", "-") else "NO",
             "yes" if r.exact else "-" if r.complete in ("", "-") else "NO",
-            r.money or "-", r.lost or "-"]) + " |")
+            r.money or "-", f"{r.spent:.6f}" if r.spent else "-", r.lost or "-"]) + " |")
     notes = [f"- {r.fault}: {'; '.join(n for n in r.notes if n)}" for r in rows if r.notes]
     return out + ([""] + notes if notes else [])
 

@@ -665,11 +665,13 @@ class _Session:
             f"{display_url(self.url, self.run_path)}")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
+        accountant = self.accountant  # not self: Tune pickles its callbacks' state
+
         def shown_spent() -> str:
             # What the console shows is first written down (an alive event), so that
             # a driver killed right after never bills less on resume than it showed.
-            now = self.accountant.heartbeat(force=True)
-            return fmt_money(self.accountant.ledger.spent(now), price.currency)
+            now = accountant.heartbeat(force=True)
+            return fmt_money(accountant.ledger.spent(now), price.currency)
 
         progress = Progress(config.objective.metric, remaining, out, time.monotonic,
                             progress_interval_s, spent=shown_spent)
