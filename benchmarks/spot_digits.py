@@ -35,6 +35,8 @@ def preemption_figures(run_dir: Path) -> list[dict]:
     events = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     out, last_checkpoint, killed_at = [], {}, {}
     for event in events:
+        if "trial" not in event:
+            continue  # the ledger's header and alive events
         trial = event["trial"]
         if event["event"] == "open":
             last_checkpoint[trial] = event["start_s"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hpsearch.config import Budget
-from hpsearch.ledger import Ledger
+from hpsearch.ledger import ALIVE_EVERY_S, Ledger
 from hpsearch.pricing import Price
 from hpsearch.runtime import RunTiming
 
@@ -110,6 +110,16 @@ class Accountant:
         if saved:
             self.ledger.checkpoint(trial, now)
         self.ledger.close(trial, now, outcome)
+
+    def heartbeat(self, force: bool = False) -> float:
+        """Tell the ledger the driver is alive (throttled unless ``force``); return now.
+
+        While trials are billed the ledger then knows, after a driver killed without
+        warning, until when they ran (see :meth:`hpsearch.ledger.Ledger.alive`).
+        """
+        now = self.clock()
+        self.ledger.alive(now, every_s=0.0 if force else ALIVE_EVERY_S)
+        return now
 
     # -- figures ----------------------------------------------------------------------
 

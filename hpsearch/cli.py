@@ -6,10 +6,12 @@ Exit codes (see :mod:`hpsearch.errors`):
   failed and where their logs are, and still exits 0.
 * 1: the run could not succeed: its first ``search.fail_fast`` trials all failed with the
   same error, or no trial of the session completed; or another runtime failure.
-* 2: bad input: the config or the trainable's import path (nothing written), or the
-  trainable's contract broken (found by the first trial that shows it; the run stops at
-  once).
-* 130: interrupted.
+* 2: bad input, nothing written: the config or the trainable's import path, a read-only
+  run dir, a run dir another driver holds, a study that belongs to another run dir, a
+  damaged ledger; or the trainable's contract broken (found by the first trial that
+  shows it; the run stops at once).
+* 75: the disk filled up: the run stopped cleanly; free space and ``resume``.
+* 130: interrupted by Ctrl-C, 143 by SIGTERM (``resume`` continues the run).
 
 Errors are one line on stderr, without a traceback (tracebacks of failed trials are in
 their ``logs/trial-NNNN.log``). Parsing and ``--help`` import neither Ray nor torch.
@@ -37,10 +39,13 @@ examples:
   python -m hpsearch report runs/digits-mlp
   python -m hpsearch dashboard runs/digits-mlp
   python -m hpsearch doctor search_spaces/digits_mlp.yaml --address 10.0.0.1:6379
+  python -m hpsearch resume runs/digits-mlp
+  python -m hpsearch repair runs/digits-mlp
 
 exit codes: 0 done (some trials may have failed: the run says how many); 1 the run
-could not succeed (its first trials failed alike, or none completed); 2 bad input or
-the trainable's contract broken; 130 interrupted
+could not succeed (its first trials failed alike, or none completed); 2 bad input,
+refused or the trainable's contract broken, nothing written; 75 disk full (free space,
+then resume); 130 Ctrl-C; 143 SIGTERM (resume continues the run)
 """
 
 
@@ -82,6 +87,20 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("run_dir", metavar="RUN_DIR")
     _add_set(resume)
     _add_progress(resume)
+
+    repair = sub.add_parser(
+        "repair",
+        help="repair a run dir's ledger.jsonl after a damaged line (keeps a backup)",
+        description=(
+            "Repair RUN_DIR/ledger.jsonl when a run refuses it for a corrupt line: every "
+            "valid event is kept, each damaged line is dropped and reported, an "
+            "interval whose open line was lost is billed from the last event before the "
+            "damage, one whose close line was lost stays open (the next run closes it at "
+            "the last moment it was known running). The original file is kept as "
+            "ledger.jsonl.corrupt-<time>. Refused while a driver runs on RUN_DIR."
+        ),
+    )
+    repair.add_argument("run_dir", metavar="RUN_DIR")
 
     catalog = sub.add_parser(
         "catalog",
@@ -401,6 +420,25 @@ def _doctor(args: argparse.Namespace) -> int:
     return doctor.exit_code(checks)
 
 
+def _repair(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hpsearch.errors import ConfigError
+    from hpsearch.faults import RunLock
+    from hpsearch.ledger import repair
+
+    run_dir = Path(args.run_dir)
+    ledger = run_dir / "ledger.jsonl"
+    if not ledger.is_file():
+        raise ConfigError("RUN_DIR", "is not a run dir with a ledger (no ledger.jsonl)",
+                          args.run_dir)
+    with RunLock(run_dir):  # never under a running driver
+        result = repair(ledger)
+    for line in result.lines():
+        print(line)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -434,6 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dashboard(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "repair":
+            return _repair(args)
         return _run(args)
     except HpsearchError as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)

@@ -12,23 +12,32 @@ some Ray node can hold one trial. Only then does it create the run dir:
       tune/session-N  Ray Tune's experiment: per-attempt results and errors
       logs/           trial-NNNN.log: each trial's log records (Lightning, warnings)
       hpsearch.log    the driver's log (Ray and Tune warnings, trial errors)
+
+Faults (see :mod:`hpsearch.faults`): one driver per run dir (a second is refused, exit
+2); a read-only run dir is refused up front (exit 2); SIGTERM is handled like Ctrl-C
+(exit 143 instead of 130); a full disk stops the run cleanly with every unfinished
+trial resumable (exit 75); a study belongs to the run dir whose ledger holds its money
+(another run dir on a shared study is refused, exit 2).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hpsearch import config as config_mod
-from hpsearch import keys
+from hpsearch import faults, keys
 from hpsearch.budget import fmt_money
 from hpsearch.core.lifecycle import TrialState
-from hpsearch.errors import ConfigError, RunAborted, RunFailed, RunInterrupted
+from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
+                             RunFailed, RunInterrupted)
 from hpsearch.ledger import FAILED
 from hpsearch.progress import Progress, top_table
 
@@ -89,18 +98,59 @@ def _sqlite_file(url: str) -> Path | None:
     return None
 
 
-def _check_existing_study(config: config_mod.Config, url: str) -> bool:
-    """Raise if the study in ``url`` cannot be continued with ``config``; True if it exists."""
-    from hpsearch.adapters.study import check_compatible, existing_study_config
+def _check_existing_study(config: config_mod.Config, url: str, ledger=None,
+                          run_path: Path | None = None) -> bool:
+    """Raise if the study in ``url`` cannot be continued with ``config`` from this run
+    dir's ``ledger``; True if it exists.
+
+    A study's money is in the ledger of the run dir it ran from, whose id the study
+    records. Another run dir on the same (shared) study would start from zero money and
+    overspend its budget: it is refused. A run dir moved or copied with its SQLite study
+    keeps its ledger and so its id, and continues. A study from before ids (or made by
+    hand) is taken over unless it has trials billed in a ledger that is not this one.
+    """
+    from hpsearch.adapters.study import check_compatible, existing_study_record
 
     db_file = _sqlite_file(url)
     if db_file is not None and not db_file.exists():
         return False  # opening it would create it: nothing to check
-    previous = existing_study_config(url, config.name)
-    if previous is None:
+    record = existing_study_record(url, config.name)
+    if record is None:
         return False
-    check_compatible(previous, config)
+    attrs, billed = record
+    check_compatible(dict(attrs.get(keys.ATTR_CONFIG) or {}), config)
+    if ledger is not None:
+        _check_owner(config, url, attrs, billed, ledger, run_path)
     return True
+
+
+def _check_owner(config, url: str, attrs: Mapping[str, Any], billed: set[int], ledger,
+                 run_path: Path | None) -> None:
+    """Refuse to run study ``config.name`` from a run dir whose ledger is not its own."""
+    owner = attrs.get(keys.ATTR_LEDGER_ID)
+    where = attrs.get(keys.ATTR_RUN_DIR)
+    if owner is not None and owner == ledger.id:
+        return
+    elsewhere = where is not None and run_path is not None and Path(where) != run_path
+    if owner is None:
+        foreign = sorted(billed - set(ledger.trials()))
+        if not foreign:
+            return
+        why = (f"its trials {', '.join(map(str, foreign[:5]))}"
+               f"{' ...' if len(foreign) > 5 else ''} were billed in another run dir's "
+               f"ledger, so its money would restart from zero here")
+    elif elsewhere:
+        why = (f"it belongs to run dir {display_path(Path(where))}, whose ledger.jsonl "
+               f"holds its money")
+    else:
+        why = ("its money is in another ledger than this run dir's ledger.jsonl (replaced "
+               "or deleted?), so it would restart from zero here")
+    hint = (f"continue it there (--run-dir {display_path(Path(where))})" if elsewhere
+            else "continue it from the run dir it ran in")
+    shown = display_path(run_path) if run_path is not None else "this run dir"
+    raise ConfigError(
+        "storage", f"study '{config.name}' cannot be run from {shown}: {why}; {hint}, or "
+        f"give this search another name", display_url(url, run_path or Path(".")))
 
 
 def _concurrency(config: config_mod.Config, resources: Mapping[str, float]) -> int:
@@ -221,8 +271,19 @@ _FILE_ONLY_LOGGERS = ("ray.tune", "ray.train", "ray._private.worker")
 _saved_loggers: dict[str, tuple[int, bool]] = {}
 
 
+class _LogFile(logging.FileHandler):
+    """hpsearch.log, silent when a record cannot be written (a full disk stops the run
+    with its own one-line error; a traceback per log record would bury it)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            return
+        super().handleError(record)
+
+
 def _attach_log(run_dir: Path) -> logging.Handler:
-    handler = logging.FileHandler(run_dir / "hpsearch.log")
+    handler = _LogFile(run_dir / "hpsearch.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("hpsearch").addHandler(handler)
     logging.getLogger("hpsearch").setLevel(logging.INFO)
@@ -282,6 +343,79 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
         })
     rows.sort(key=lambda r: r["_key"])
     return rows
+
+
+class _Signals:
+    """SIGTERM handled like Ctrl-C, for the span of a run (the previous handler restored).
+
+    The first SIGTERM (or Ctrl-C) asks Ray Tune to stop gracefully (it saves its
+    experiment state and stops the trials); a second one interrupts at once. Either way
+    the driver closes the ledger's open intervals and exits with the resume hint: 130
+    after Ctrl-C, 143 after SIGTERM. Ray's own driver handler would ``sys.exit(15)``
+    wherever the main thread is, leaving the ledger open.
+    """
+
+    def __init__(self):
+        self.terminated = False
+        self._previous = None
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def _on_term(self, signum, frame) -> None:
+        self.terminated = True
+        log.warning("SIGTERM received: stopping the run as after Ctrl-C")
+        # Whatever handles Ctrl-C now: Tune's graceful stop during fit(), else Python's
+        # KeyboardInterrupt.
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    @property
+    def exit_code(self) -> int:
+        return faults.EXIT_TERMINATED if self.terminated else EXIT_INTERRUPTED
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
+class _SignalsHeld:
+    """Ignores SIGINT and SIGTERM for a few lines of bookkeeping (closing the ledger
+    after an interruption must not itself be interrupted); restores them on exit."""
+
+    def __enter__(self) -> "_SignalsHeld":
+        self._saved = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._saved[sig] = signal.signal(sig, signal.SIG_IGN)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+
+
+def _disk_full(exc: BaseException, run_path: Path, url: str) -> faults.DiskFull | None:
+    """The :class:`~hpsearch.faults.DiskFull` to raise for ``exc``, or None."""
+    if isinstance(exc, faults.DiskFull):
+        return exc
+    if isinstance(exc, HpsearchError):
+        return None  # already says what happened
+    cause = faults.disk_full_cause(exc)
+    if cause is None:
+        return None
+    where = cause.path
+    if where is None:
+        text = "".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e).lower()
+        sqlite = _sqlite_file(url)
+        where = str(sqlite) if sqlite is not None and "database or disk" in text else None
+    return faults.DiskFull(where or run_path, run_path)
 
 
 class LightningBackend:
@@ -356,12 +490,18 @@ def run(
         A :class:`RunResult` with the study, the best trial and the run dir.
 
     Raises:
-        ConfigError: Bad input; nothing was written.
+        ConfigError: Bad input, or a run dir that cannot be used as it is (read-only,
+            held by another driver: :class:`~hpsearch.faults.RunDirBusy`, or a study
+            that belongs to another run dir); nothing was written.
+        LedgerCorrupt: A damaged line inside the ledger (``hpsearch repair`` mends it).
         RunAborted: A trial broke the trainable's contract (e.g. the objective is never
             logged): every trial would, so the run stopped at once (exit code 2).
         RunFailed: The first ``search.fail_fast`` trials all failed with the same error,
             or no trial of the session completed (exit code 1).
-        RunInterrupted: Ctrl-C; finished trials are kept.
+        RunInterrupted: Ctrl-C or SIGTERM; finished trials are kept, unfinished ones
+            resume from their checkpoints.
+        DiskFull: A write failed for lack of space; the run stopped cleanly and
+            ``resume`` continues it once space is freed.
     """
     from hpsearch import pricing
     from hpsearch.ledger import Ledger
@@ -379,25 +519,83 @@ def run(
     if config.storage is not None:
         config_mod.check_storage(config.storage)  # before anything opens or writes it
     backend.check(config)
-    pricing.resolve(config)  # unknown instance, missing price: before anything starts
+    currency = pricing.resolve(config).currency  # unknown instance: before anything starts
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
-    continuing = _check_existing_study(config, url)
+    faults.check_writable(run_path, _sqlite_file(url))
+    # The lock comes first, so that a second driver is refused at once, before it
+    # starts Ray or reads anything. A run dir made only to hold it is removed again if
+    # the run cannot start (bad input writes nothing).
+    made = _missing_dirs(run_path)
+    run_path.mkdir(parents=True, exist_ok=True)
+    lock = faults.RunLock(run_path)
+    started = False
+    try:
+        lock.acquire()
+        ledger = Ledger(run_path / LEDGER_FILE, currency=currency)  # reads only
+        continuing = _check_existing_study(config, url, ledger, run_path)
+        with _RaySession(config.cluster.address) as ray:
+            nodes = ray.nodes()
+            _check_fits(config, nodes)
+            price = pricing.resolve(config, node_cpus=_largest_node_cpus(nodes))
+            concurrency = _concurrency(config, ray.cluster_resources())
+            started = True
+            try:
+                with _Signals() as signals:
+                    handler = _attach_log(run_path)
+                    try:
+                        session = _Session(config, run_path, url, price, ledger, out,
+                                           backend, signals)
+                        return session.run(continuing, concurrency, progress_interval_s)
+                    finally:
+                        _detach_log(handler)
+            except KeyboardInterrupt:
+                # Ctrl-C (or SIGTERM) outside Tune's loop: nothing is left half done.
+                raise RunInterrupted(_interrupted_text(run_path),
+                                     signals.exit_code) from None
+            except Exception as exc:
+                full = _disk_full(exc, run_path, url)
+                if full is None:
+                    raise
+                raise full from None
+    except BaseException:
+        if not started and lock.held and made:
+            lock.release()
+            _remove_made(run_path, made)
+        raise
+    finally:
+        lock.release()
 
-    with _RaySession(config.cluster.address) as ray:
-        nodes = ray.nodes()
-        _check_fits(config, nodes)
-        price = pricing.resolve(config, node_cpus=_largest_node_cpus(nodes))
-        ledger = Ledger(run_path / LEDGER_FILE, currency=price.currency)  # reads only
-        concurrency = _concurrency(config, ray.cluster_resources())
-        run_path.mkdir(parents=True, exist_ok=True)
-        handler = _attach_log(run_path)
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_made(run_path: Path, made: list[Path]) -> None:
+    """Undo the folders made for a run that never started (only if still empty)."""
+    try:
+        (run_path / faults.LOCK_FILE).unlink()
+    except OSError:
+        return
+    for folder in made:
         try:
-            session = _Session(config, run_path, url, price, ledger, out, backend)
-            return session.run(continuing, concurrency, progress_interval_s)
-        finally:
-            _detach_log(handler)
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def _interrupted_text(run_path: Path, unfinished: int | None = None) -> str:
+    what = (f"{unfinished} unfinished trial(s) will resume from their checkpoints"
+            if unfinished is not None else
+            "unfinished trials will resume from their checkpoints")
+    return (f"interrupted: {what}: run the same command again (or python -m hpsearch "
+            f"resume {display_path(run_path)})")
 
 
 #: The ledger's file in the run dir.
@@ -466,11 +664,11 @@ def trial_spec(config: config_mod.Config, run_path: Path, price,
 
 
 class _Session:
-    """One invocation of ``run`` on a run dir: builds the core, wires the Ray adapters
-    around it and runs the Tuner."""
+    """One invocation of ``run`` on a run dir: builds the search core, wires the Ray
+    adapters around it and runs the Tuner."""
 
     def __init__(self, config, run_path: Path, url: str, price, ledger,
-                 out: Callable[[str], None], backend):
+                 out: Callable[[str], None], backend, signals: _Signals | None = None):
         from hpsearch.budget import Accountant
 
         self.config = config
@@ -482,6 +680,7 @@ class _Session:
         self.accountant = Accountant(price, config.budget, ledger, config.max_epochs,
                                      backend.clock)
         self.stop_reason: str | None = None
+        self.signals = signals or _Signals()
 
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
         import yaml
@@ -492,17 +691,33 @@ class _Session:
         (self.run_path / "space.yaml").write_text(
             yaml.safe_dump(config.to_dict(), sort_keys=False))
         recorder = StudyRecorder(config, self.url)
+        ledger = self.accountant.ledger
+        failing = True
         try:
+            owner = recorder.study.user_attrs.get(keys.ATTR_LEDGER_ID)
+            if owner is not None and owner != ledger.id:
+                # Another run dir took the study between the check and now.
+                _check_owner(config, self.url, recorder.study.user_attrs, set(), ledger,
+                             self.run_path)
+            recorder.study.set_user_attr(keys.ATTR_LEDGER_ID, ledger.ensure_id())
+            recorder.study.set_user_attr(keys.ATTR_RUN_DIR, str(self.run_path))
             recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
-            # Intervals a stopped driver left open end at their last event.
-            self.accountant.ledger.close_all(self.backend.clock(), FAILED, at_last_event=True)
+            # Intervals a stopped driver left open end at the last moment it was alive.
+            ledger.close_all(self.backend.clock(), FAILED, at_last_event=True)
             failed = self._fit(recorder, continuing, concurrency, progress_interval_s)
             result = self._summarise(recorder)
+            failing = False
             if failed is not None:
                 raise failed
             return result
         finally:
-            recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
+            try:
+                recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
+            except Exception:
+                if not failing:
+                    raise
+                # Already failing (a full disk, say): that error is the one to report.
+                log.warning("could not record the study's spend", exc_info=True)
             recorder.close()
 
     def _core(self, recorder, progress: Progress):
@@ -533,6 +748,21 @@ class _Session:
     def _trial_log(self, number: int) -> str:
         return display_path(trial_log_path(self.run_path, number))
 
+    def _progress(self, progress_interval_s: float) -> Progress:
+        config, price = self.config, self.price
+        accountant = self.accountant
+
+        def shown_spent() -> str:
+            # What the console shows is first written down (an alive event), so that
+            # a driver killed right after never bills less on resume than it showed.
+            now = accountant.heartbeat(force=True)
+            return fmt_money(accountant.ledger.spent(now), price.currency)
+
+        progress = Progress(config.objective.metric, 0, self.out, time.monotonic,
+                            progress_interval_s, spent=shown_spent, trial_log=self._trial_log)
+        progress.tally.mode = config.objective.mode
+        return progress
+
     def _fit(self, recorder, continuing: bool, concurrency: int,
              progress_interval_s: float) -> RunFailed | None:
         """Run the session's trials; the error to raise after the summary when none of
@@ -540,11 +770,7 @@ class _Session:
         from hpsearch.adapters.ray_tune import Attempts
 
         config, out, price = self.config, self.out, self.price
-        progress = Progress(config.objective.metric, 0, out, time.monotonic,
-                            progress_interval_s,
-                            spent=lambda: fmt_money(self.accountant.spent(), price.currency),
-                            trial_log=self._trial_log)
-        progress.tally.mode = config.objective.mode
+        progress = self._progress(progress_interval_s)
         core, placement, orphans, done_before = self._core(recorder, progress)
         paused = core.trials.in_state(TrialState.PAUSED)
         if continuing and (done_before or orphans):
@@ -563,14 +789,17 @@ class _Session:
             return None
         progress.n_trials = remaining
         self._announce(concurrency, remaining)
-        attempts = Attempts()
-        tuner = self._tuner(core, recorder, placement, attempts, progress, concurrency)
+        tuner = self._tuner(core, recorder, placement, Attempts(), progress, concurrency)
         stdout, sys.stdout = sys.stdout, _WorkerDeathNotices(sys.stdout)
         try:
             tuner.fit()
+        except BaseException as exc:
+            self._stopped_by(exc, core)
+            raise
         finally:
             sys.stdout = stdout
-        out(progress.status())
+        with _SignalsHeld():
+            out(progress.status())
         return self._close(core, progress)
 
     def _announce(self, concurrency: int, remaining: int) -> None:
@@ -622,7 +851,8 @@ class _Session:
         )
         tune_dir = self.run_path / "tune"
         callback = CoreCallback(core, attempts, note, injector, progress.tick,
-                                progress.checkpoint_fallback)
+                                progress.checkpoint_fallback, self.accountant.heartbeat,
+                                lambda number: str(checkpoints / runner.trial_name(number)))
         return tune.Tuner(
             trainable,
             param_space={},
@@ -652,19 +882,25 @@ class _Session:
         )
 
     def _close(self, core, progress: Progress) -> RunFailed | None:
-        """End the session in the core; raise if it was stopped early or interrupted;
-        return the error to raise after the summary when no trial completed."""
-        interrupted = core.abort is None and bool(core.live)
-        leftover = core.close(interrupted=interrupted)
-        self.accountant.ledger.close_all(self.backend.clock(), FAILED)
+        """End the session in the core; raise if it was stopped early, interrupted or
+        halted by a full disk; return the error to raise after the summary when no trial
+        completed."""
+        halted = core.halt_reason is not None
+        interrupted = core.abort is None and (halted or bool(core.live))
+        with _SignalsHeld():
+            leftover = core.close(interrupted=interrupted)
+        if halted:
+            # A trial could not write its checkpoint: it and the others stay resumable.
+            self._close_ledger()
+            raise faults.DiskFull(core.halt_reason, self.run_path)
+        with _SignalsHeld():
+            self.accountant.ledger.close_all(self.backend.clock(), FAILED)
         self.stop_reason = core.stop_reason
         if core.abort is not None:
             raise core.abort
         if interrupted:
-            raise RunInterrupted(
-                f"interrupted: {len(leftover)} unfinished trial(s) will resume from their "
-                f"checkpoints: run the same command again (or python -m hpsearch resume "
-                f"{display_path(self.run_path)})")
+            raise RunInterrupted(_interrupted_text(self.run_path, len(leftover)),
+                                 self.signals.exit_code)
         return self._failures(progress, core.failures)
 
     def _failures(self, progress: Progress, failures: list) -> RunFailed | None:
@@ -685,6 +921,35 @@ class _Session:
                     f" (traceback in {first.log})" if first.log else "")
             return RunFailed(f"no trial completed: {tally.failed} failed{detail}")
         return None
+
+    def _close_ledger(self) -> bool:
+        """Close every open interval now, as failed (their work since the last
+        checkpoint is lost: they resume from it). False if the ledger could not be
+        written (a full disk): the next run closes them at their last alive event."""
+        with _SignalsHeld():
+            try:
+                self.accountant.ledger.close_all(self.backend.clock(), FAILED)
+                return True
+            except OSError:
+                log.warning("could not close the ledger's open intervals", exc_info=True)
+                return False
+
+    def _stopped_by(self, exc: BaseException, core) -> None:
+        """``tuner.fit()`` raised: a second Ctrl-C/SIGTERM, a full disk, or a bug.
+
+        The trials that were running stay unfinished in the study (the next run resumes
+        them) and their intervals are closed now, so no money goes unbilled. Raises the
+        error to report (RunInterrupted, DiskFull) or returns to let ``exc`` propagate.
+        """
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        full = None if interrupted else _disk_full(exc, self.run_path, self.url)
+        self._close_ledger()
+        if interrupted:
+            unfinished = len(core.close(interrupted=True))
+            raise RunInterrupted(_interrupted_text(self.run_path, unfinished),
+                                 self.signals.exit_code) from None
+        if full is not None:
+            raise full from None
 
     def _summarise(self, recorder) -> RunResult:
         config, out, currency = self.config, self.out, self.price.currency

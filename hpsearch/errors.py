@@ -132,6 +132,11 @@ class RunFailed(HpsearchError):
 
 
 class RunInterrupted(HpsearchError):
-    """The run was interrupted (Ctrl-C); finished trials are kept in the study."""
+    """The run was interrupted (Ctrl-C: exit code 130, SIGTERM: 143); finished trials
+    are kept in the study, unfinished ones resume from their checkpoints."""
 
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -71,3 +71,5 @@ ATTR_CONFIG = "config"
 ATTR_PRICE = "price"  #: the run's Price as a dict
 ATTR_SPENT = "spent"  #: money spent by the whole study so far
 ATTR_HPSEARCH_VERSION = "hpsearch_version"
+ATTR_LEDGER_ID = "ledger_id"  #: id of the ledger (in one run dir) that holds its money
+ATTR_RUN_DIR = "run_dir"  #: the run dir of its latest session (where that ledger was)

@@ -12,14 +12,27 @@ preempted 90 s after it started, with its last checkpoint at 60 s, has 30 s x pr
 wasted.
 
 The ledger is persisted as JSON lines (one event per line, append-only), so a run that
-is continued, or resumed after its driver died, still knows what it spent.
+is continued, or resumed after its driver died, still knows what it spent. While
+intervals are open the driver also appends an ``alive`` event every few seconds: a
+driver that dies (SIGKILL, power loss) leaves open intervals behind, and the next
+session closes each at the last moment the ledger knew it running (the latest event of
+any kind written while it was open), booking the work since its last checkpoint as
+wasted. A write that fails (a full disk) is undone, so a half line never ends up in the
+middle of the file; a torn line the file holds anyway (another writer, a damaged copy)
+is refused with the way out: ``python -m hpsearch repair RUN_DIR`` (:func:`repair`).
+
+The first line names the ledger (``{"event": "ledger", "id": ...}``): the study records
+that id, so a second run dir on a shared study cannot silently start from zero money.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -32,10 +45,42 @@ DONE, FAILED, PREEMPTED, STOPPED, OPEN = "done", "failed", "preempted", "stopped
 _LOSES_WORK = (FAILED, PREEMPTED)
 
 
+#: Seconds between two ``alive`` events while intervals are open (the money a driver
+#: killed without warning can leave unbilled: at most this much per open interval).
+ALIVE_EVERY_S = 5.0
+#: Version of the ledger's event format (written in its first line).
+FORMAT_VERSION = 1
+
+
 class CurrencyError(HpsearchError):
     """Amounts in two currencies met in one ledger (bad input: exit code 2)."""
 
     exit_code = 2
+
+
+class LedgerCorrupt(HpsearchError):
+    """A line inside the ledger is damaged (exit code 2, nothing written).
+
+    The message names the file and line and the way out: ``python -m hpsearch repair
+    RUN_DIR`` keeps every valid event, books the gap, and keeps a backup.
+    """
+
+    exit_code = 2
+
+    def __init__(self, path: Path, line: int, why: str):
+        self.path, self.line = path, line
+        run_dir = _shown(path.parent)
+        super().__init__(
+            f"{_shown(path)}:{line}: corrupt ledger line ({why}); repair it with "
+            f"python -m hpsearch repair {run_dir} (it keeps every valid event and a "
+            f"backup of the file, and reports what it dropped)")
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def billed_seconds(length_s: float, granularity_s: int, min_billing_s: int) -> float:
@@ -132,10 +177,23 @@ class Ledger:
         self.path = Path(path) if path is not None else None
         self.currency = currency
         self.intervals: list[Interval] = []
+        #: The ledger's id (its first line), None until :meth:`ensure_id`.
+        self.id: str | None = None
         self._open: dict[int, Interval] = {}
+        # The latest moment each open interval was known running (any event written
+        # while it was open): where a driver that died leaves it closed.
+        self._seen: dict[int, float] = {}
+        self._alive_s: float | None = None  # the latest alive event written
         self._cut_to: int | None = None  # bytes of complete lines, if a crash cut one
         if self.path is not None and self.path.exists():
             self._replay(self.path.read_bytes())
+
+    def ensure_id(self) -> str:
+        """The ledger's id; a ledger without one (new, or older) gets one written."""
+        if self.id is None:
+            self.id = uuid.uuid4().hex
+            self._write({"event": "ledger", "id": self.id, "version": FORMAT_VERSION})
+        return self.id
 
     # -- events -----------------------------------------------------------------------
 
@@ -150,6 +208,21 @@ class Ledger:
         self._apply(interval)
         self._write({"event": "open", **asdict(interval)})
         return interval
+
+    def alive(self, now_s: float, every_s: float = ALIVE_EVERY_S) -> bool:
+        """Record that the open intervals were still running at ``now_s``.
+
+        Written at most every ``every_s`` seconds, and only while an interval is open
+        (an idle driver writes nothing). Returns whether an event was written.
+        """
+        if not self._open:
+            return False
+        if self._alive_s is not None and now_s - self._alive_s < every_s:
+            return False
+        self._saw(now_s)
+        self._write({"event": "alive", "at_s": now_s})
+        self._alive_s = now_s
+        return True
 
     def reprice(self, trial: int, price: Price) -> None:
         """Bill ``trial``'s open interval at ``price`` (once it is known which node, and
@@ -174,6 +247,7 @@ class Ledger:
         if interval is None:
             return
         interval.checkpoint_s = now_s
+        self._saw(now_s)
         self._write({"event": "checkpoint", "trial": trial, "at_s": now_s})
 
     def close(self, trial: int, now_s: float, outcome: str) -> Interval | None:
@@ -183,8 +257,10 @@ class Ledger:
         interval = self._open.pop(trial, None)
         if interval is None:
             return None
+        self._seen.pop(trial, None)
         interval.end_s = max(now_s, interval.start_s)
         interval.outcome = outcome
+        self._saw(interval.end_s)
         self._write({"event": "close", "trial": trial, "at_s": interval.end_s,
                      "outcome": outcome})
         return interval
@@ -195,18 +271,26 @@ class Ledger:
         Args:
             now_s: When the intervals end.
             outcome: How they ended.
-            at_last_event: End each at its last recorded event (its latest checkpoint, or
-                its start) instead: for intervals left open by a driver that died, whose
-                real end is unknown.
+            at_last_event: End each at the last moment the ledger knew it running instead
+                (the latest event, ``alive`` included, written while it was open): for
+                intervals left open by a driver that died, whose real end is unknown.
+                With ``outcome`` FAILED the work since its last checkpoint is wasted.
         """
         trials = list(self._open)
         for trial in trials:
-            interval = self._open[trial]
-            end = now_s
-            if at_last_event:
-                end = interval.checkpoint_s if interval.checkpoint_s is not None else interval.start_s
+            end = self.last_seen(trial) if at_last_event else now_s
             self.close(trial, end, outcome)
         return trials
+
+    def last_seen(self, trial: int) -> float | None:
+        """The latest moment open interval ``trial`` was known running, or None."""
+        interval = self._open.get(trial)
+        if interval is None:
+            return None
+        known = [interval.start_s, self._seen.get(trial, interval.start_s)]
+        if interval.checkpoint_s is not None:
+            known.append(interval.checkpoint_s)
+        return max(known)
 
     # -- totals -----------------------------------------------------------------------
 
@@ -258,17 +342,40 @@ class Ledger:
     def _apply(self, interval: Interval) -> None:
         self.intervals.append(interval)
         self._open[interval.trial] = interval
+        self._saw(interval.start_s)
+
+    def _saw(self, at_s: float) -> None:
+        """An event at ``at_s``: every open interval was running then."""
+        for trial in self._open:
+            if at_s > self._seen.get(trial, float("-inf")):
+                self._seen[trial] = at_s
 
     def _write(self, event: dict) -> None:
         if self.path is None:
             return
+        data = (json.dumps(event, sort_keys=True) + "\n").encode("utf-8")
         if self._cut_to is not None:
             # Drop the half line a crash left before appending after it.
             with self.path.open("r+b") as f:
                 f.truncate(self._cut_to)
             self._cut_to = None
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(event, sort_keys=True) + "\n")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            except BaseException:
+                # A failed append (disk full, interrupted) must not leave half a line that
+                # the next append would bury in the middle of the file.
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(fd)
 
     def _replay(self, data: bytes) -> None:
         lines = data.split(b"\n")
@@ -284,21 +391,29 @@ class Ledger:
                 if last:
                     self._cut_to = start
                     break
-                raise HpsearchError(f"{self.path}:{n}: corrupt ledger line") from None
+                raise LedgerCorrupt(self.path, n, "not JSON") from None
             except CurrencyError:
                 raise
-            except (KeyError, TypeError, AttributeError, ValueError):
-                raise HpsearchError(f"{self.path}:{n}: corrupt ledger line") from None
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise LedgerCorrupt(self.path, n, _why(exc)) from None
 
     def _replay_event(self, event: dict) -> None:
+        if not isinstance(event, dict):
+            raise TypeError("not an event")
         kind = event.pop("event")
         if kind == "open":
             interval = Interval(**event)
             self._check_currency(interval.currency)
             self._apply(interval)
         elif kind == "checkpoint":
+            at_s = float(event["at_s"])
             if event["trial"] in self._open:
-                self._open[event["trial"]].checkpoint_s = float(event["at_s"])
+                self._open[event["trial"]].checkpoint_s = at_s
+            self._saw(at_s)
+        elif kind == "alive":
+            self._saw(float(event["at_s"]))
+        elif kind == "ledger":
+            self.id = str(event["id"])
         elif kind == "reprice":
             interval = self._open.get(event["trial"])
             if interval is not None:
@@ -306,9 +421,165 @@ class Ledger:
                              "min_billing_s"):
                     setattr(interval, name, event[name])
         elif kind == "close":
+            at_s = float(event["at_s"])
+            if event["outcome"] not in (DONE, FAILED, PREEMPTED, STOPPED):
+                raise ValueError(f"unknown outcome {event['outcome']!r}")
             if event["trial"] in self._open:
                 interval = self._open.pop(event["trial"])
-                interval.end_s = float(event["at_s"])
+                self._seen.pop(event["trial"], None)
+                interval.end_s = at_s
                 interval.outcome = event["outcome"]
+            self._saw(at_s)
         else:
-            raise ValueError(kind)
+            raise ValueError(f"unknown event {kind!r}")
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing {exc}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _event_time(event: dict) -> float | None:
+    for key in ("at_s", "start_s"):
+        if isinstance(event.get(key), (int, float)):
+            return float(event[key])
+    return None
+
+
+@dataclass
+class Repair:
+    """What :func:`repair` did to a ledger file.
+
+    Attributes:
+        path: The ledger file.
+        dropped: ``(line number, reason, the line's first 80 characters)`` of each line
+            that was not a valid event, in file order.
+        booked: ``(trial, start_s)`` of each interval whose ``open`` line was lost and
+            which was booked from the last event before the damage (its later events
+            kept), at the price of the interval billed just before.
+        unpriced: Trials with later events but a lost ``open`` and no price to book
+            them at (no interval before them): their money is not counted.
+        still_open: Trials left open (their ``close`` line may have been lost): the
+            next run closes them at the last moment they were known running.
+        backup: Where the original file was kept, or None when nothing was changed.
+    """
+
+    path: Path
+    dropped: list[tuple[int, str, str]] = field(default_factory=list)
+    booked: list[tuple[int, float]] = field(default_factory=list)
+    unpriced: list[int] = field(default_factory=list)
+    still_open: list[int] = field(default_factory=list)
+    backup: Path | None = None
+
+    def lines(self) -> list[str]:
+        """One line per finding, for the command line."""
+        name = _shown(self.path)
+        if not self.dropped:
+            return [f"{name}: no damaged line; nothing changed"]
+        out = [f"{name}:{n}: dropped ({why}): {text}" for n, why, text in self.dropped]
+        out += [f"trial {t}: its open event was lost; billed from {start:.3f} (the last "
+                f"event before the damage)" for t, start in self.booked]
+        out += [f"trial {t}: its open event was lost and no price is known: not billed"
+                for t in self.unpriced]
+        if self.still_open:
+            out.append("open after the repair (closed by the next run at the last moment "
+                       f"known running): trial(s) {', '.join(map(str, self.still_open))}")
+        kept = "the original kept as " + _shown(self.backup) if self.backup else ""
+        out.append(f"{name}: repaired, {len(self.dropped)} line(s) dropped; {kept}")
+        return out
+
+
+def repair(path: str | Path, clock=time.time) -> Repair:
+    """Repair a ledger file: keep every valid event, drop damaged lines, book the gap.
+
+    Each line that is not a valid event (not JSON, a torn half line, a missing field) is
+    dropped. A later ``checkpoint``/``close``/``reprice`` of a trial with no open
+    interval means its ``open`` line was lost: the interval is booked from the time of
+    the last valid event before the damage, at the price of the interval billed just
+    before (so the money of that trial is not lost). An interval whose ``close`` line
+    was lost stays open; the next run closes it at the last moment it was known running.
+    The original file is kept beside it (``ledger.jsonl.corrupt-<time>``) and the
+    repaired one replaces it atomically. A file without damage is left untouched.
+
+    Args:
+        path: The ledger file.
+        clock: Seconds (wall clock), for the backup's name.
+
+    Raises:
+        FileNotFoundError: No such file.
+    """
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    probe = Ledger(None)
+    result = Repair(path)
+    kept: list[bytes] = []
+    last_time: float | None = None
+    gap_time: float | None = None  # time of the last valid event before the damage
+    damaged = False
+    for n, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            event = json.loads(raw)
+            if not isinstance(event, dict):
+                raise TypeError("not an event")
+            check = dict(event)
+            if (damaged and check.get("event") in ("checkpoint", "close", "reprice")
+                    and "trial" in check and not probe.is_open(int(check["trial"]))):
+                synth = _lost_open(probe, int(check["trial"]),
+                                   gap_time if gap_time is not None else _event_time(check))
+                if synth is None:
+                    result.unpriced.append(int(check["trial"]))
+                else:
+                    probe._replay_event(dict(synth))
+                    kept.append(json.dumps(synth, sort_keys=True).encode())
+                    result.booked.append((int(check["trial"]), float(synth["start_s"])))
+            probe._replay_event(check)
+        except CurrencyError:
+            raise
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError,
+                ValueError) as exc:
+            why = "not JSON" if isinstance(exc, json.JSONDecodeError) else _why(exc)
+            if n == len(lines):
+                why += ", torn last line"
+            result.dropped.append((n, why, raw[:80].decode("utf-8", "replace")))
+            if not damaged or gap_time is None:
+                gap_time = last_time
+            damaged = True
+            continue
+        kept.append(raw)
+        t = _event_time(event)
+        if t is not None:
+            last_time = t if last_time is None else max(last_time, t)
+    result.still_open = sorted(probe.open_trials())
+    if not result.dropped:
+        return result
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(clock()))
+    backup = path.with_name(f"{path.name}.corrupt-{stamp}")
+    k = 1
+    while backup.exists():
+        backup = path.with_name(f"{path.name}.corrupt-{stamp}-{k}")
+        k += 1
+    try:
+        os.link(path, backup)  # the original's bytes, untouched, under the new name
+    except OSError:
+        backup.write_bytes(path.read_bytes())
+    tmp = path.with_name(f".{path.name}.repair-{uuid.uuid4().hex}")
+    with tmp.open("wb") as f:
+        f.write(b"".join(line + b"\n" for line in kept))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    result.backup = backup
+    return result
+
+
+def _lost_open(probe: Ledger, trial: int, start_s: float | None) -> dict | None:
+    """An ``open`` event standing in for a lost one, priced like the interval before."""
+    if start_s is None or not probe.intervals:
+        return None
+    like = probe.intervals[-1]
+    return {"event": "open", **asdict(Interval(
+        trial, like.instance, like.spot, like.price_per_hour, like.currency, start_s,
+        granularity_s=like.granularity_s, min_billing_s=like.min_billing_s))}

@@ -376,3 +376,23 @@ def test_fmt_money(amount, text):
 
 def test_fmt_money_keeps_the_currency():
     assert fmt_money(22.0, "CNY") == "22.00 CNY"
+
+
+def test_heartbeat_keeps_the_ledger_told_until_when_trials_ran(tmp_path):
+    from hpsearch.ledger import ALIVE_EVERY_S, FAILED
+
+    path = tmp_path / "ledger.jsonl"
+    acct, clock = make(ledger=Ledger(path))
+    acct.trial_started(0)
+    run_epochs(acct, clock, 0, 2)  # checkpointed at T0 + 20
+    clock.advance(ALIVE_EVERY_S)
+    assert acct.heartbeat() == clock.now  # written: the first alive
+    clock.advance(1.0)
+    acct.heartbeat()  # throttled
+    shown_at = acct.heartbeat(force=True)  # what the console shows is written down
+    shown = acct.ledger.spent(shown_at)
+    # The driver dies here; the next session replays the ledger.
+    after = Ledger(path)
+    after.close_all(shown_at + 999, FAILED, at_last_event=True)
+    assert after.spent() == pytest.approx(shown)
+    assert after.wasted() == pytest.approx((shown_at - (T0 + 20)) * 0.001)

@@ -20,7 +20,9 @@ PRICE = {"price_per_hour": 3600.0, "currency": "USD"}
 
 
 def ledger_events(run_dir):
-    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+    """The ledger's trial events (its header and ``alive`` events name no trial)."""
+    events = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+    return [e for e in events if "trial" in e]
 
 
 def longest_unreported_s(run_dir) -> float:

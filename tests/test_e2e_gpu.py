@@ -35,7 +35,7 @@ print(json.dumps({
     "intervals": [[e["trial"], e.get("start_s"), None] for e in ledger if e["event"] == "open"],
     "closes": [[e["trial"], e["at_s"]] for e in ledger if e["event"] == "close"],
     "first_line": lines[0],
-    "price": ledger[0]["price_per_hour"],
+    "price": next(e for e in ledger if e["event"] == "open")["price_per_hour"],
 }), flush=True)
 ray.shutdown()
 '''

@@ -7,6 +7,7 @@ import importlib
 import inspect
 import pickle
 import pkgutil
+from pathlib import Path
 
 import cloudpickle
 import pytest
@@ -34,15 +35,28 @@ def every_error_class() -> list[type]:
     return sorted(set(classes), key=lambda c: f"{c.__module__}.{c.__qualname__}")
 
 
+def _value(annotation: str, name: str, owner: str):
+    """A distinct value of the annotated type (strings by default), so a mix-up of
+    arguments shows."""
+    text = str(annotation)
+    if "dict" in text or "Mapping" in text:
+        return {"pid": 4242, "host": f"{name}-host"}
+    if text.startswith("int"):
+        return sum(map(ord, name))
+    if "Path" in text:
+        return Path(f"/{name}-of-{owner}")
+    return f"{name}-of-{owner}"
+
+
 def sample(cls: type) -> HpsearchError:
     """An instance built from its constructor's signature: every required argument a
-    distinct string (so a mix-up of arguments shows)."""
+    distinct value of its annotated type."""
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     args, kwargs = [], {}
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
             continue
-        value = f"{p.name}-of-{cls.__name__}"
+        value = _value(p.annotation, p.name, cls.__name__)
         if p.kind is p.KEYWORD_ONLY:
             kwargs[p.name] = value
         else:
@@ -100,13 +114,17 @@ def test_exit_codes_match_the_readme_and_the_cli():
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     rows = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", readme, re.M))
-    assert set(rows) == {"0", "1", "2", "130"}
+    assert set(rows) == {"0", "1", "2", "75", "130", "143"}
     assert "fail_fast" in rows["1"] and "no trial of the session completed" in rows["1"]
     assert "contract" in rows["2"] and "bad input" in rows["2"]
     assert (errors.RunFailed.exit_code, errors.RunAborted.exit_code,
             errors.ConfigError.exit_code, errors.TrialSetupError.exit_code,
             errors.RunInterrupted.exit_code) == (1, 2, 2, 2, 130)
-    for code in ("0: success", "1: the run could not succeed", "2: bad input", "130"):
+    from hpsearch.faults import DiskFull
+
+    assert DiskFull.exit_code == 75 and "disk" in rows["75"]
+    for code in ("0: success", "1: the run could not succeed", "2: bad input", "75: the disk",
+                 "130", "143"):
         assert code in cli.__doc__
     assert "exit codes: 0 done" in cli.DESCRIPTION
 

@@ -441,3 +441,198 @@ def test_spot_cost_is_the_part_billed_at_spot_prices():
     assert money.spot_cost == pytest.approx(10.0)
     assert money.cost == pytest.approx(10.0 + 30.0)
     assert money.spot is False  # the latest interval's kind
+
+
+# ---------------------------------------------------------------------------------------
+# A driver that died: alive events, and where its open intervals close
+
+
+def test_alive_is_written_only_while_open_and_throttled(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    assert ledger.alive(T0) is False  # nothing open: an idle driver writes nothing
+    ledger.open(0, T0, P)
+    assert ledger.alive(T0 + 1, every_s=5) is True
+    assert ledger.alive(T0 + 3, every_s=5) is False
+    assert ledger.alive(T0 + 6, every_s=5) is True
+    assert ledger.alive(T0 + 6.5, every_s=0) is True
+    events = [json.loads(line)["event"] for line in path.read_text().splitlines()]
+    assert events == ["open", "alive", "alive", "alive"]
+
+
+def test_a_dead_drivers_interval_closes_at_the_last_alive_and_wastes_since_checkpoint(
+        tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    ledger.open(0, T0, P)
+    ledger.checkpoint(0, T0 + 20)
+    ledger.alive(T0 + 45, every_s=0)  # then the driver is SIGKILLed
+    resumed = Ledger(path)
+    assert resumed.last_seen(0) == T0 + 45
+    resumed.close_all(T0 + 500, FAILED, at_last_event=True)
+    assert resumed.spent() == pytest.approx(0.045)  # billed to the last alive, not 20 s
+    assert resumed.wasted() == pytest.approx(0.025)  # the 25 s since the checkpoint
+
+
+def test_other_trials_events_also_prove_an_interval_was_running(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    ledger.open(0, T0, P)
+    ledger.open(1, T0 + 10, P)
+    ledger.checkpoint(1, T0 + 30)
+    ledger.close(1, T0 + 40, DONE)
+    ledger.open(2, T0 + 41, P)  # trial 2 opened after: it says nothing of before
+    resumed = Ledger(path)
+    assert resumed.last_seen(0) == T0 + 41
+    assert resumed.last_seen(2) == T0 + 41
+    resumed.close_all(T0 + 999, FAILED, at_last_event=True)
+    assert resumed.wasted(trial=0) == pytest.approx(0.041)  # no checkpoint: all of it
+    assert resumed.wasted(trial=2) == 0
+
+
+def test_without_alive_events_an_interval_closes_at_its_last_event(tmp_path):
+    # A ledger written before alive events existed replays as it always did.
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    ledger.open(0, T0, P)
+    ledger.checkpoint(0, T0 + 20)
+    resumed = Ledger(path)
+    resumed.close_all(T0 + 999, FAILED, at_last_event=True)
+    assert resumed.spent() == pytest.approx(0.02) and resumed.wasted() == 0
+
+
+def test_a_failed_append_leaves_no_half_line(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    ledger.open(0, T0, P)
+    before = path.read_bytes()
+    real_write = os.write
+    calls = []
+
+    def full_disk(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:7]))  # part of the line fits ...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ... then the disk is full
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError):
+        ledger.checkpoint(0, T0 + 5)
+    monkeypatch.setattr(os, "write", real_write)
+    assert path.read_bytes() == before
+    ledger.close(0, T0 + 9, DONE)
+    assert Ledger(path).spent() == pytest.approx(0.009)
+
+
+def test_the_ledger_id_is_written_once_and_replayed(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    assert ledger.id is None
+    first = ledger.ensure_id()
+    assert ledger.ensure_id() == first and len(first) == 32
+    assert Ledger(path).id == first
+    older = tmp_path / "older.jsonl"
+    _busy_ledger(older)  # a ledger from before ids: gets one appended
+    assert Ledger(older).id is None
+    given = Ledger(older).ensure_id()
+    again = Ledger(older)
+    assert again.id == given
+    assert _totals(again, T0 + 1000) == _totals(_replayed(older), T0 + 1000)
+
+
+def _replayed(path) -> Ledger:
+    return Ledger(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Repair
+
+
+def test_corrupt_middle_line_says_how_to_repair(tmp_path):
+    from hpsearch.ledger import LedgerCorrupt
+
+    path = tmp_path / "run" / "ledger.jsonl"
+    path.parent.mkdir()
+    _busy_ledger(path)
+    lines = path.read_text().splitlines()
+    lines[3] = lines[3][:20]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(LedgerCorrupt) as info:
+        Ledger(path)
+    assert info.value.exit_code == EXIT_CONFIG
+    assert f"python -m hpsearch repair {tmp_path / 'run'}" in str(info.value)
+
+
+def test_repair_of_a_torn_middle_close_keeps_every_valid_event(tmp_path):
+    from hpsearch.ledger import repair
+
+    path = tmp_path / "ledger.jsonl"
+    _busy_ledger(path)
+    original = path.read_bytes()
+    lines = original.decode().splitlines()
+    assert json.loads(lines[4])["event"] == "close"  # trial 0's second interval ends
+    lines[4] = lines[4][:25]
+    path.write_text("\n".join(lines) + "\n")
+    damaged = path.read_bytes()
+    result = repair(path, clock=lambda: T0)
+    assert [n for n, _, _ in result.dropped] == [5]
+    assert result.backup is not None and result.backup.read_bytes() == damaged
+    assert result.still_open == [0, 2]
+    repaired = Ledger(path)  # loads now
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(kept) == len(lines) - 1
+    # Trial 0's second interval lost its close: it stays open, and the next run closes
+    # it at the last moment it was known running (here its start: every later event in
+    # this ledger is older), as failed.
+    repaired.close_all(T0 + 5000, FAILED, at_last_event=True)
+    assert repaired.intervals[1].outcome == FAILED and repaired.intervals[1].end_s == T0 + 200
+    assert repaired.spent(trial=1) == pytest.approx(0.06)
+    assert any("repaired, 1 line(s) dropped" in line for line in result.lines())
+
+
+def test_repair_books_an_interval_whose_open_line_was_torn(tmp_path):
+    from hpsearch.ledger import repair
+
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    ledger.open(0, T0, P)
+    ledger.close(0, T0 + 100, DONE)
+    ledger.open(1, T0 + 110, P)  # this line gets torn
+    ledger.checkpoint(1, T0 + 150)
+    ledger.close(1, T0 + 200, DONE)
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2][:30]
+    path.write_text("\n".join(lines) + "\n")
+    result = repair(path)
+    assert result.booked == [(1, T0 + 100)]  # from the last event before the damage
+    repaired = Ledger(path)
+    assert repaired.spent(trial=1) == pytest.approx(0.1)  # 100 s, not the lost 90 s
+    assert repaired.spent(trial=0) == pytest.approx(0.1)
+    assert repaired.open_trials() == []
+
+
+def test_repair_of_a_sound_ledger_changes_nothing(tmp_path):
+    from hpsearch.ledger import repair
+
+    path = tmp_path / "ledger.jsonl"
+    _busy_ledger(path)
+    before = path.read_bytes()
+    result = repair(path)
+    assert result.dropped == [] and result.backup is None
+    assert path.read_bytes() == before
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_repair_drops_a_torn_last_line_too(tmp_path):
+    from hpsearch.ledger import repair
+
+    path = tmp_path / "ledger.jsonl"
+    before = _busy_ledger(path)
+    with path.open("a") as f:
+        f.write('{"event": "close", "tri')
+    result = repair(path)
+    assert [why for _, why, _ in result.dropped] == ["not JSON, torn last line"]
+    assert _totals(Ledger(path), T0 + 1000) == _totals(before, T0 + 1000)

@@ -44,6 +44,7 @@ PURE_MODULES = [
     "hpsearch.preemption",
     "hpsearch.nodekinds",
     "hpsearch.simulate",
+    "hpsearch.faults",
 ]
 MARKER = "@@hpsearch-test-result@@"
 

@@ -35,6 +35,7 @@ from hpsearch.core.ports import EpochReport
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.decisions import Decision
 from hpsearch.errors import EXIT_CONFIG, HpsearchError
+from hpsearch.faults import disk_full_cause
 from hpsearch.preemption import preemption_reason
 
 log = logging.getLogger(__name__)
@@ -217,17 +218,25 @@ class CoreCallback(_Inert, Callback):
         tick: Called with the number of running attempts after each controller step.
         fallback: ``(number, rejected, start epoch)``: shown when a restarted trial set
             checkpoints aside (corrupt, or not loadable as data) and resumed earlier.
+        heartbeat: Called after each controller step: the ledger's throttled ``alive``
+            event, so a driver killed without warning bills what ran until then.
+        checkpoint_dir: Trial number -> its checkpoint folder (named when a trial's
+            write failed for lack of space and the error names no file).
     """
 
     def __init__(self, core: SearchCore, attempts: Attempts,
                  preempted_note: Callable[[int, str], dict | None] | None = None,
                  injector: Any = None, tick: Callable[[int], None] | None = None,
-                 fallback: Callable[[int, Any, int], None] | None = None):
+                 fallback: Callable[[int, Any, int], None] | None = None,
+                 heartbeat: Callable[[], Any] | None = None,
+                 checkpoint_dir: Callable[[int], str] | None = None):
         self.core, self.attempts = core, attempts
         self.preempted_note = preempted_note
         self.injector = injector
         self.tick = tick
         self.fallback = fallback
+        self.heartbeat = heartbeat
+        self.checkpoint_dir = checkpoint_dir
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         rejected = result.get(keys.CHECKPOINTS_REJECTED)
@@ -259,6 +268,15 @@ class CoreCallback(_Inert, Callback):
         number = self.attempts.release(trial.trial_id)
         if number is None:
             return
+        error, trace = _load_error(trial)
+        disk = disk_full_cause(error, trace)
+        if disk is not None:
+            # A full disk is not the trial's fault: no FAIL, no retry used; the session
+            # stops and the next one resumes the trial from its checkpoint.
+            where = disk.path or (self.checkpoint_dir(number) if self.checkpoint_dir
+                                  else "the run dir")
+            self.core.halted(number, where)
+            return
         text, setup, full = error_summary(trial)
         reason = None if setup else preemption_reason(
             killed=self.injector.was_killed(trial.trial_id) if self.injector else None,
@@ -270,6 +288,8 @@ class CoreCallback(_Inert, Callback):
             self.core.failed(number, text, setup=setup)
 
     def on_step_end(self, iteration, trials, **info) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat()
         if self.tick is not None:
             self.tick(sum(1 for t in trials if t.status == Trial.RUNNING))
 
@@ -284,4 +304,5 @@ class AbortStopper(_Inert, Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return getattr(self, "core", None) is not None and self.core.abort_reason is not None
+        core = getattr(self, "core", None)
+        return core is not None and (core.abort is not None or core.halt_reason is not None)

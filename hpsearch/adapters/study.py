@@ -128,6 +128,24 @@ def existing_study_config(url: str, name: str) -> dict[str, Any] | None:
         storage.engine.dispose()
 
 
+def existing_study_record(url: str, name: str) -> tuple[dict[str, Any], set[int]] | None:
+    """The user attributes of study ``name`` at ``url`` and the numbers of its trials that
+    were billed (a ``cost`` attribute above 0), or None if there is no such study."""
+    storage = make_storage(url)
+    try:
+        for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+            if summary.study_name == name:
+                study_id = storage.get_study_id_from_name(name)
+                billed = {t.number for t in storage.get_all_trials(study_id, deepcopy=False)
+                          if isinstance(t.user_attrs.get(keys.ATTR_COST), (int, float))
+                          and t.user_attrs[keys.ATTR_COST] > 0}
+                return dict(summary.user_attrs), billed
+        return None
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()
+
+
 #: Config keys a continued study must keep: its trials were sampled, trained and judged
 #: with them.
 COMPATIBLE_KEYS = ("space", "objective", "trainable", "max_epochs")
@@ -292,7 +310,14 @@ class StudyRecorder:
                     handle.gpu_uses["earlier"] = earlier
             seed = int(frozen.user_attrs.get(keys.ATTR_SEED,
                                              trial_seed(self.config.search.seed, number)))
-            return dict(frozen.params), seed
+            params = dict(frozen.params)
+            if not self.config.space.contains(params):
+                # The driver died while Optuna was suggesting them: suggest the rest now
+                # (params it has are returned as they are; an enqueued trial gets its
+                # fixed values) rather than let the trial run with defaults.
+                params = self.config.space.suggest(
+                    optuna.trial.Trial(self.study, self._trial_id(number)))
+            return params, seed
 
     def record_epoch(self, report: EpochReport) -> None:
         """Write one epoch's objective (once per epoch) and what its result carries."""

@@ -122,6 +122,9 @@ class SearchCore:
         self.failures: list[Failure] = []
         #: Why the session stops at once (RunAborted, RunFailed), once it must.
         self.abort: HpsearchError | None = None
+        #: Set when the session must stop through no trial's fault (a full disk at this
+        #: path): every unfinished trial stays resumable.
+        self.halt_reason: str | None = None
 
     @property
     def abort_reason(self) -> str | None:
@@ -158,8 +161,8 @@ class SearchCore:
 
     def next_start(self) -> Start:
         """What a free worker runs now (see :class:`StartKind`)."""
-        if self.abort_reason is not None:
-            return self._idle(self.abort_reason)
+        if self.abort is not None or self.halt_reason is not None:
+            return self._idle(self.abort_reason or self.halt_reason)
         stop = self.accountant.run_stop_reason()
         verdict = None if stop is not None or self.queue else self.accountant.admission()
         if stop is not None or (verdict is not None
@@ -405,6 +408,20 @@ class SearchCore:
         self.failures.append(failure)
         if self.abort is None and not setup and self.watch.failed(failure) is Verdict.STOP:
             self.abort = RunFailed(self.watch.message())
+
+    def halted(self, number: int, where: str) -> TrialState:
+        """Trial ``number``'s process stopped through no fault of its own, and so must
+        the session (a write failed for lack of space at ``where``): no FAIL and no retry
+        used; the trial waits, unfinished, for the next session, which resumes it from
+        its checkpoint."""
+        record = self.trials.check(number, Event.FAILED)
+        self.live.discard(number)
+        self.accountant.trial_ended(number, FAILED)
+        self.trials.move(number, Event.FAILED, TrialState.PENDING)
+        self.queue.append(number)
+        if self.halt_reason is None:
+            self.halt_reason = where
+        return record.state
 
     def moved(self, number: int, reason: str, requeue: bool) -> TrialState:
         """Trial ``number`` was taken off a worker queue before it ran (its node kind is

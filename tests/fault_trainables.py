@@ -1,0 +1,93 @@
+"""Trainables for the fault tests and the fault matrix: the real digits model, slowed
+down (so a driver can be killed mid-run) or filling the run dir's disk once.
+
+Trial processes import these, so every switch comes from the sampled params (one-choice
+categoricals in the space), never from globals.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hpsearch.examples import digits
+
+_MODEL_KEYS = ("lr", "hidden", "dropout", "optimizer", "layers")
+
+
+def _model_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: params[k] for k in _MODEL_KEYS if k in params}
+
+
+class SlowMLP(digits.DigitsMLP):
+    """The digits MLP that sleeps ``sleep_s`` after each validation epoch."""
+
+    def __init__(self, sleep_s: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.sleep_s = sleep_s
+
+    def on_validation_epoch_end(self) -> None:
+        time.sleep(self.sleep_s)
+
+
+class FillingMLP(SlowMLP):
+    """Fills the disk of ``fill_dir`` with a ballast file when epoch ``fill_epoch``
+    (0-based) starts, once (the marker lives in ``marker_dir``, off that disk): the
+    checkpoint at the end of that epoch, and every other write there, then fails with
+    ENOSPC until the ballast is deleted."""
+
+    def __init__(self, fill_dir: str, fill_epoch: int, marker_dir: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.fill_dir, self.fill_epoch, self.marker_dir = fill_dir, fill_epoch, marker_dir
+
+    def on_train_epoch_start(self) -> None:
+        marker = Path(self.marker_dir) / "filled"
+        if self.current_epoch != self.fill_epoch or marker.exists():
+            return
+        marker.write_text(str(self.current_epoch))
+        block = b"\0" * (64 * 1024)
+        with open(Path(self.fill_dir) / "ballast", "ab") as f:
+            try:
+                while True:
+                    f.write(block)
+                    f.flush()
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+        # Single bytes too, so not even a small write fits.
+        with open(Path(self.fill_dir) / "ballast", "ab", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 512)
+            except OSError:
+                pass
+
+
+def slow(params: dict[str, Any]):
+    """The digits MLP, ``params['sleep_s']`` seconds slower per epoch."""
+    model = SlowMLP(float(params.get("sleep_s", 1.0)), **_model_kwargs(params))
+    return model, digits.DigitsData(batch_size=int(params.get("batch_size", 64)))
+
+
+def fill_disk_once(params: dict[str, Any]):
+    """The slow digits MLP; the first trial to start epoch ``params['fill_epoch']`` fills
+    the disk of ``params['fill_dir']`` (the others train as usual)."""
+    kwargs = _model_kwargs(params)
+    sleep_s = float(params.get("sleep_s", 0.0))
+    if params.get("fill_dir"):
+        model = FillingMLP(params["fill_dir"], int(params["fill_epoch"]),
+                           params["marker_dir"], sleep_s=sleep_s, **kwargs)
+    else:
+        model = SlowMLP(sleep_s, **kwargs)
+    return model, digits.DigitsData(batch_size=int(params.get("batch_size", 64)))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
