@@ -160,7 +160,7 @@ class Matrix:
     def check(self, row: Row, folder: Path, shown: float | None, codes: list[int],
               run_dir: str = "run") -> Row:
         """Resume (if asked) and fill the row from the study and the ledger."""
-        from hpsearch.ledger import Ledger
+        from hpsearch.money.ledger import Ledger
 
         row.codes = ", ".join(map(str, codes))
         state = study_state(folder / run_dir / "optuna.db")

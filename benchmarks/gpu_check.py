@@ -4,7 +4,7 @@
 
 1. **Inventory**: NVML's GPUs (model, memory, utilisation, driver) and what
    ``pricing.instance: auto`` prices this machine as.
-2. **Sampler**: :class:`hpsearch.gpu.GpuSampler` on GPU 0 while a matmul loop keeps it
+2. **Sampler**: :class:`hpsearch.adapters.nvml.GpuSampler` on GPU 0 while a matmul loop keeps it
    busy, then idle: the busy reading must be higher than the idle one.
 3. **GPU trials, a quarter GPU each** (``search_spaces/digits_gpu.yaml``, shortened):
    every trial trains on CUDA, four share a GPU, and each trial's Optuna attributes hold
@@ -38,11 +38,13 @@ def _print(step: str, **figures) -> None:
 
 
 def inventory() -> dict:
-    from hpsearch import config as config_mod
-    from hpsearch import gpu, pricing
+    from hpsearch.spec import config as config_mod
+    from hpsearch.adapters import nvml
+    from hpsearch.money import pricing
 
-    inv = gpu.inventory()
-    price = pricing.resolve(config_mod.load(EXAMPLE))
+    inv = nvml.inventory()
+    config = config_mod.load(EXAMPLE)
+    price = pricing.resolve(config, gpu=nvml.for_pricing(config))
     return {"available": inv.available, "message": inv.message, "driver": inv.driver_version,
             "cuda": inv.cuda_driver_version,
             "gpus": [{"index": g.index, "name": g.name, "memory_mib": g.memory_total_mib,
@@ -54,7 +56,7 @@ def inventory() -> dict:
 def sampler() -> dict:
     import torch
 
-    from hpsearch.gpu import GpuSampler
+    from hpsearch.adapters.nvml import GpuSampler
 
     x = torch.randn(8192, 8192, device="cuda")
     with GpuSampler(indices=[0], interval_s=0.1) as busy_sampler:
@@ -75,7 +77,7 @@ def sampler() -> dict:
 
 def trials(out: Path, n: int, epochs: int, gpu: float, name: str) -> dict:
     import hpsearch
-    from hpsearch.adapters.results import load_report
+    from hpsearch.adapters.optuna.results import load_report
 
     result = hpsearch.run(EXAMPLE, {"name": name, "search.n_trials": n, "max_epochs": epochs,
                                     "resources.gpu": gpu, "pruning.policy": "none"},
@@ -98,9 +100,10 @@ def trials(out: Path, n: int, epochs: int, gpu: float, name: str) -> dict:
 
 
 def plan_vs_measured(measured_mib: float | None) -> dict:
-    from hpsearch import catalog, plan
-    from hpsearch import config as config_mod
-    from hpsearch.adapters import probe
+    from hpsearch.money import catalog
+    from hpsearch.tools import plan
+    from hpsearch.spec import config as config_mod
+    from hpsearch.adapters.trial import probe
 
     config = config_mod.load(EXAMPLE)
     params = plan.representative_params(config.space)

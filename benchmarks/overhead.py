@@ -51,7 +51,7 @@ def run_optuna(n_trials: int, seed: int) -> float:
     import pytorch_lightning as pl
 
     from benchmarks.trivial import build
-    from hpsearch.config import load
+    from hpsearch.spec.config import load
 
     space = load({"name": "x", "trainable": "benchmarks.trivial:build",
                   "objective": {"metric": "val_acc"}, "max_epochs": EPOCHS,

@@ -3,11 +3,12 @@
 Every policy is driven by the same :class:`~hpsearch.core.search.SearchCore` a real run
 uses (through :func:`hpsearch.simulate.simulate`), so the benchmark prices the code users
 run. Peers are the real implementations, driven through their own interfaces by the
-wrappers a real run uses (:mod:`hpsearch.adapters.pruners`): Ray Tune's
-``ASHAScheduler``, Optuna's ``MedianPruner`` and ``HyperbandPruner``. i-Epoch (train
-every configuration k epochs, then the best to the end) has no library implementation
-and is written here. hpsearch's ``cost_aware`` is :class:`hpsearch.policy.CostAwarePruner`
-with the core's accountant, on the simulated clock.
+wrappers a real run uses (:mod:`hpsearch.adapters.ray.asha`,
+:mod:`hpsearch.adapters.optuna.pruners`): Ray Tune's ``ASHAScheduler``, Optuna's
+``MedianPruner`` and ``HyperbandPruner``. i-Epoch (train every configuration k epochs,
+then the best to the end) has no library implementation and is written here. hpsearch's
+``cost_aware`` is :class:`hpsearch.pruning.cost_aware.CostAwarePruner` with the core's
+accountant, on the simulated clock.
 
 Ray and Optuna are imported only when a policy that needs them is made.
 """
@@ -17,8 +18,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from hpsearch.core.lifecycle import TrialState
-from hpsearch.decisions import CONTINUE, Decision, Verdict
-from hpsearch.policy import NoPruning
+from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
+from hpsearch.pruning.none import NoPruning
 
 __all__ = ["IEpoch", "NoPruning", "make", "PEERS"]
 
@@ -73,7 +74,7 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
         return IEpoch(k, n_trials, top=options.get("i_epoch_top", max(1, n_trials // 20)),
                       mode=mode)
     if policy == "ray-asha" or policy.startswith("ray-asha-g"):
-        from hpsearch.adapters.pruners import AshaPolicy
+        from hpsearch.adapters.ray.asha import AshaPolicy
 
         grace = int(policy.rsplit("g", 1)[1]) if policy.startswith("ray-asha-g") else 1
         return AshaPolicy(mode, max_epochs, grace_period=grace, reduction_factor=3,
@@ -88,7 +89,7 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
 def _optuna(policy: str, max_epochs: int, seed: int, mode: str):
     import optuna
 
-    from hpsearch.adapters.pruners import OptunaPolicy
+    from hpsearch.adapters.optuna.pruners import OptunaPolicy
 
     if policy == "optuna-median":
         pruner = optuna.pruners.MedianPruner()
@@ -106,7 +107,7 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str):
 def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
                 **policy_kwargs: Any) -> Callable:
     """hpsearch's cost-aware policy, made with the simulated run's accountant."""
-    from hpsearch.policy import CostAwarePolicy, CostAwarePruner
+    from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
 
     def with_accountant(accountant):
         return CostAwarePruner(CostAwarePolicy(mode, max_epochs, aggressiveness=aggressiveness,

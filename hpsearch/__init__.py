@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 __all__ = ["run", "RunResult", "load_results", "__version__"]
 
 if TYPE_CHECKING:
-    from hpsearch.adapters.results import load_results
+    from hpsearch.adapters.optuna.results import load_results
     from hpsearch.driver import RunResult, run
 
 
@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(driver, name)
     if name == "load_results":
-        from hpsearch.adapters import results
+        from hpsearch.adapters.optuna import results
 
         return results.load_results
     raise AttributeError(f"module 'hpsearch' has no attribute {name!r}")

@@ -280,10 +280,10 @@ def _plan(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from hpsearch import catalog as catalog_mod
-    from hpsearch import config as config_mod
-    from hpsearch import plan as plan_mod
-    from hpsearch.progress import text_table
+    from hpsearch.money import catalog as catalog_mod
+    from hpsearch.spec import config as config_mod
+    from hpsearch.tools import plan as plan_mod
+    from hpsearch.report.progress import text_table
 
     trials = _count("--trials", args.trials)
     epochs = _count("--epochs", args.epochs)
@@ -304,7 +304,7 @@ def _plan(args: argparse.Namespace) -> int:
     if sys.stderr.isatty() and not args.json:
         print(f"probing {config.trainable} on CPU ({threads} thread(s))...",
               file=sys.stderr, flush=True)
-    from hpsearch.adapters.probe import probe
+    from hpsearch.adapters.trial.probe import probe
 
     figures = probe(config.trainable, params, precision=args.precision,
                     probe_batches=probe_batches, threads=threads)
@@ -322,18 +322,21 @@ def _plan(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     import yaml
 
-    from hpsearch import config as config_mod
+    from hpsearch.spec import config as config_mod
 
-    from hpsearch import pricing
-    from hpsearch.budget import fmt_money
+    from hpsearch.money import pricing
+    from hpsearch.money.budget import fmt_money
 
     config = config_mod.load(args.space, args.overrides)
     if config.storage is not None:
         config_mod.check_storage(config.storage)
     config_mod.check_training_cpus(config)
-    price = pricing.resolve(config)
+    from hpsearch.adapters import nvml
+
+    gpu = nvml.for_pricing(config)
+    price = pricing.resolve(config, gpu=gpu)
     if not args.no_import:
-        from hpsearch.trainable import resolve
+        from hpsearch.spec.trainable import resolve
 
         resolve(config.trainable)
     sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -344,7 +347,7 @@ def _validate(args: argparse.Namespace) -> int:
           f"{' (spot)' if price.spot else ''}", file=sys.stderr)
     if price.note:
         print(price.note, file=sys.stderr)
-    reason = pricing.auto_reason(config)
+    reason = pricing.auto_reason(config, gpu=gpu)
     if reason:
         print(f"pricing.spot: auto chose {'spot' if price.spot else 'on-demand'}: {reason}",
               file=sys.stderr)
@@ -352,8 +355,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> int:
-    from hpsearch import catalog as catalog_mod
-    from hpsearch.progress import text_table
+    from hpsearch.money import catalog as catalog_mod
+    from hpsearch.report.progress import text_table
 
     catalog = catalog_mod.load(args.catalog)
     offers = catalog.search(gpu=args.gpu, spot=args.spot, max_price=args.max_price,
@@ -379,10 +382,10 @@ def _catalog(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hpsearch.report_writers import parse_formats, write
+    from hpsearch.report.writers import parse_formats, write
 
     formats = parse_formats(args.format)
-    from hpsearch.adapters.results import load_report
+    from hpsearch.adapters.optuna.results import load_report
 
     report, source = load_report(args.source, args.study)
     out = Path(args.out) if args.out else (source.run_dir or Path("report"))
@@ -395,8 +398,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from hpsearch.adapters.dashboard import check_port, serve
-    from hpsearch.adapters.results import choose_study, resolve_source, study_names
+    from hpsearch.adapters.optuna.dashboard import check_port, serve
+    from hpsearch.adapters.optuna.results import choose_study, resolve_source, study_names
 
     check_port(args.host, args.port)
     source = resolve_source(args.source)
@@ -408,7 +411,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from hpsearch import doctor
+    from hpsearch.tools import doctor
 
     checks = doctor.diagnose(args.space, args.overrides, args.run_dir, args.address)
     if args.json:
@@ -424,8 +427,8 @@ def _repair(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hpsearch.errors import ConfigError
-    from hpsearch.faults import RunLock
-    from hpsearch.ledger import repair
+    from hpsearch.recovery.faults import RunLock
+    from hpsearch.money.ledger import repair
 
     run_dir = Path(args.run_dir)
     ledger = run_dir / "ledger.jsonl"

@@ -13,7 +13,7 @@ some Ray node can hold one trial. Only then does it create the run dir:
       logs/           trial-NNNN.log: each trial's log records (Lightning, warnings)
       hpsearch.log    the driver's log (Ray and Tune warnings, trial errors)
 
-Faults (see :mod:`hpsearch.faults`): one driver per run dir (a second is refused, exit
+Faults (see :mod:`hpsearch.recovery.faults`): one driver per run dir (a second is refused, exit
 2); a read-only run dir is refused up front (exit 2); SIGTERM is handled like Ctrl-C
 (exit 143 instead of 130); a full disk stops the run cleanly with every unfinished
 trial resumable (exit 75); a study belongs to the run dir whose ledger holds its money
@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from hpsearch import config as config_mod
-from hpsearch import faults, keys
-from hpsearch.budget import fmt_money
+from hpsearch.spec import config as config_mod
+from hpsearch import keys
+from hpsearch.recovery import faults
+from hpsearch.money.budget import fmt_money
 from hpsearch.core.lifecycle import TrialState
 from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
                              RunFailed, RunInterrupted)
-from hpsearch.ledger import FAILED
-from hpsearch.progress import Progress, top_table
+from hpsearch.money.ledger import FAILED
+from hpsearch.report.progress import Progress, top_table
 
 log = logging.getLogger("hpsearch")
 
@@ -109,7 +110,7 @@ def _check_existing_study(config: config_mod.Config, url: str, ledger=None,
     keeps its ledger and so its id, and continues. A study from before ids (or made by
     hand) is taken over unless it has trials billed in a ledger that is not this one.
     """
-    from hpsearch.adapters.study import check_compatible, existing_study_record
+    from hpsearch.adapters.optuna.study import check_compatible, existing_study_record
 
     db_file = _sqlite_file(url)
     if db_file is not None and not db_file.exists():
@@ -209,7 +210,7 @@ class _RaySession:
     """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started.
 
     A local Ray listens on 127.0.0.1 only, requires a per-run token and ends with the
-    driver (:class:`hpsearch.adapters.ray_local.LocalRay`). A Ray already initialised in
+    driver (:class:`hpsearch.adapters.ray.local.LocalRay`). A Ray already initialised in
     this process (a test's or a notebook's) is used as it is.
     """
 
@@ -226,22 +227,22 @@ class _RaySession:
     def __enter__(self):
         import ray
 
-        from hpsearch.adapters import ray_local
+        from hpsearch.adapters.ray import local
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if ray.is_initialized():
             return ray
         if self.address is None:
             try:
-                self.local = ray_local.LocalRay(**self.INIT).start()
+                self.local = local.LocalRay(**self.INIT).start()
             except (ConnectionError, RuntimeError, OSError, ValueError) as exc:
-                raise HpsearchError(ray_local.start_failure(exc)) from None
+                raise HpsearchError(local.start_failure(exc)) from None
             return ray
         try:
-            ray_local.connect(self.address, **self.INIT)
+            local.connect(self.address, **self.INIT)
         except (ConnectionError, RuntimeError, ValueError,
                 ray.exceptions.AuthenticationError) as exc:
-            raise ConfigError("cluster.address", ray_local.join_failure(exc),
+            raise ConfigError("cluster.address", local.join_failure(exc),
                               self.address) from None
         self.joined = True
         return ray
@@ -315,7 +316,7 @@ def _detach_log(handler: logging.Handler) -> None:
 
 def _trial_dirname(trial: Any) -> str:
     """Tune folders named after the Optuna trial: ``trial-0007-<ray id>``."""
-    from hpsearch.adapters.runner import trial_name
+    from hpsearch.adapters.trial.runner import trial_name
 
     return f"{trial_name(int(trial.config.get(keys.TRIAL_NUMBER, -1)))}-{trial.trial_id}"
 
@@ -402,7 +403,7 @@ class _SignalsHeld:
 
 
 def _disk_full(exc: BaseException, run_path: Path, url: str) -> faults.DiskFull | None:
-    """The :class:`~hpsearch.faults.DiskFull` to raise for ``exc``, or None."""
+    """The :class:`~hpsearch.recovery.faults.DiskFull` to raise for ``exc``, or None."""
     if isinstance(exc, faults.DiskFull):
         return exc
     if isinstance(exc, HpsearchError):
@@ -433,7 +434,7 @@ class LightningBackend:
 
     def check(self, config) -> None:
         """Validate what this backend needs before anything is written."""
-        from hpsearch.trainable import check_function, resolve
+        from hpsearch.spec.trainable import check_function, resolve
 
         config_mod.check_training_cpus(config)  # Lightning trains on whole cores
         if self.function is not None:
@@ -442,7 +443,7 @@ class LightningBackend:
             resolve(config.trainable)
 
     def trainable(self, spec):
-        from hpsearch.adapters import runner
+        from hpsearch.adapters.trial import runner
 
         return runner.train
 
@@ -483,7 +484,7 @@ def run(
         trainable: The build function itself (a notebook's or a script's, cloudpickled
             to the trial processes), or an import path; replaces the ``trainable`` key,
             which may then be left out. A function is recorded in the study's config as
-            ``module:qualname`` (see :func:`hpsearch.trainable.display_name`), so a later
+            ``module:qualname`` (see :func:`hpsearch.spec.trainable.display_name`), so a later
             run with the same function continues the study.
 
     Returns:
@@ -491,7 +492,7 @@ def run(
 
     Raises:
         ConfigError: Bad input, or a run dir that cannot be used as it is (read-only,
-            held by another driver: :class:`~hpsearch.faults.RunDirBusy`, or a study
+            held by another driver: :class:`~hpsearch.recovery.faults.RunDirBusy`, or a study
             that belongs to another run dir); nothing was written.
         LedgerCorrupt: A damaged line inside the ledger (``hpsearch repair`` mends it).
         RunAborted: A trial broke the trainable's contract (e.g. the objective is never
@@ -503,8 +504,8 @@ def run(
         DiskFull: A write failed for lack of space; the run stopped cleanly and
             ``resume`` continues it once space is freed.
     """
-    from hpsearch import pricing
-    from hpsearch.ledger import Ledger
+    from hpsearch.money import pricing
+    from hpsearch.money.ledger import Ledger
 
     out = emit or (lambda line: None)
     function = trainable if callable(trainable) else None
@@ -519,7 +520,10 @@ def run(
     if config.storage is not None:
         config_mod.check_storage(config.storage)  # before anything opens or writes it
     backend.check(config)
-    currency = pricing.resolve(config).currency  # unknown instance: before anything starts
+    from hpsearch.adapters import nvml
+
+    gpu = nvml.for_pricing(config)
+    currency = pricing.resolve(config, gpu=gpu).currency  # unknown instance: before anything starts
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
@@ -538,7 +542,7 @@ def run(
         with _RaySession(config.cluster.address) as ray:
             nodes = ray.nodes()
             _check_fits(config, nodes)
-            price = pricing.resolve(config, node_cpus=_largest_node_cpus(nodes))
+            price = pricing.resolve(config, node_cpus=_largest_node_cpus(nodes), gpu=gpu)
             concurrency = _concurrency(config, ray.cluster_resources())
             started = True
             try:
@@ -546,7 +550,7 @@ def run(
                     handler = _attach_log(run_path)
                     try:
                         session = _Session(config, run_path, url, price, ledger, out,
-                                           backend, signals)
+                                           backend, signals, gpu)
                         return session.run(continuing, concurrency, progress_interval_s)
                     finally:
                         _detach_log(handler)
@@ -602,7 +606,7 @@ def _interrupted_text(run_path: Path, unfinished: int | None = None) -> str:
 LEDGER_FILE = "ledger.jsonl"
 
 #: Stands in for the ``trainable`` key while a config given a function object validates.
-_FUNCTION_PLACEHOLDER = "hpsearch.trainable:function_object"
+_FUNCTION_PLACEHOLDER = "hpsearch.spec.trainable:function_object"
 
 
 def _load_config(source, overrides, trainable) -> config_mod.Config:
@@ -616,7 +620,7 @@ def _load_config(source, overrides, trainable) -> config_mod.Config:
     if not callable(trainable):
         raw["trainable"] = trainable
         return config_mod.validate(raw)
-    from hpsearch.trainable import display_name
+    from hpsearch.spec.trainable import display_name
 
     raw["trainable"] = _FUNCTION_PLACEHOLDER
     return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))
@@ -624,7 +628,7 @@ def _load_config(source, overrides, trainable) -> config_mod.Config:
 
 def trial_log_path(run_path: Path, number: int) -> Path:
     """``logs/trial-NNNN.log`` in the run dir: a trial's log records and traceback."""
-    from hpsearch.adapters.runner import trial_name
+    from hpsearch.adapters.trial.runner import trial_name
 
     return run_path / "logs" / f"{trial_name(number)}.log"
 
@@ -633,7 +637,7 @@ def trial_spec(config: config_mod.Config, run_path: Path, price,
                function: Callable[..., Any] | None = None) -> Any:
     """What every trial process of this run is sent (see ``runner.TrialSpec``);
     ``function``: the build function given as an object to ``run(trainable=...)``."""
-    from hpsearch.adapters import runner
+    from hpsearch.adapters.trial import runner
 
     preemption = config.preemption
     rate = preemption.rate_per_hour
@@ -663,15 +667,53 @@ def trial_spec(config: config_mod.Config, run_path: Path, price,
     )
 
 
+def _policy(config: config_mod.Config, recorder: Any, accountant: Any):
+    """The :class:`~hpsearch.core.ports.Policy` for ``config.pruning.policy``.
+
+    Args:
+        config: The run's config.
+        recorder: The study of record (Optuna's pruners read trials from it).
+        accountant: The run's money (the cost-aware policy weighs epoch costs).
+    """
+    pruning, mode = config.pruning, config.objective.mode
+    if pruning.policy == "asha":
+        from hpsearch.adapters.ray.asha import AshaPolicy
+
+        return AshaPolicy(mode, config.max_epochs, grace_period=pruning.min_epochs,
+                          reduction_factor=pruning.reduction_factor,
+                          metric=config.objective.metric)
+    if pruning.policy == "median":
+        import optuna
+
+        from hpsearch.adapters.optuna.pruners import OptunaPolicy
+
+        pruner = optuna.pruners.MedianPruner(n_startup_trials=pruning.startup_trials,
+                                             n_warmup_steps=pruning.min_epochs)
+        return OptunaPolicy("median", pruner,
+                            source=lambda number: (recorder.study, recorder.frozen(number)),
+                            max_epochs=config.max_epochs, metric=config.objective.metric)
+    if pruning.policy == "cost_aware":
+        from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
+
+        return CostAwarePruner(CostAwarePolicy(
+            mode=mode, max_epochs=config.max_epochs, min_epochs=pruning.min_epochs,
+            aggressiveness=pruning.aggressiveness), accountant)
+    from hpsearch.pruning.none import NoPruning
+
+    return NoPruning()
+
+
 class _Session:
     """One invocation of ``run`` on a run dir: builds the search core, wires the Ray
     adapters around it and runs the Tuner."""
 
     def __init__(self, config, run_path: Path, url: str, price, ledger,
-                 out: Callable[[str], None], backend, signals: _Signals | None = None):
-        from hpsearch.budget import Accountant
+                 out: Callable[[str], None], backend, signals: _Signals | None = None,
+                 gpu: Any = None):
+        from hpsearch.money.budget import Accountant
 
         self.config = config
+        self.gpu = gpu
         self.run_path = run_path
         self.url = url
         self.price = price
@@ -685,7 +727,7 @@ class _Session:
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
         import yaml
 
-        from hpsearch.adapters.study import StudyRecorder
+        from hpsearch.adapters.optuna.study import StudyRecorder
 
         config = self.config
         (self.run_path / "space.yaml").write_text(
@@ -724,16 +766,15 @@ class _Session:
         """The search core of this session, rebuilt from the study."""
         import ray
 
-        from hpsearch.adapters.policies import build_policy
         from hpsearch.core.placement import Placement
         from hpsearch.core.search import SearchCore
-        from hpsearch.progress import SessionListener
+        from hpsearch.report.progress import SessionListener
 
         config = self.config
-        placement = Placement(config, self.price, ray.nodes)
+        placement = Placement(config, self.price, ray.nodes, gpu=self.gpu)
         core = SearchCore(
             study=recorder, accountant=self.accountant,
-            policy=build_policy(config, recorder, self.accountant), max_epochs=config.max_epochs,
+            policy=_policy(config, recorder, self.accountant), max_epochs=config.max_epochs,
             new_trials=0, max_failures=config.search.max_failures,
             max_restarts=config.preemption.max_restarts, placement=placement,
             fail_fast=config.search.fail_fast, trial_log=self._trial_log,
@@ -767,7 +808,7 @@ class _Session:
              progress_interval_s: float) -> RunFailed | None:
         """Run the session's trials; the error to raise after the summary when none of
         them completed (a run stopped early raises at once)."""
-        from hpsearch.adapters.ray_tune import Attempts
+        from hpsearch.adapters.ray.tune import Attempts
 
         config, out, price = self.config, self.out, self.price
         progress = self._progress(progress_interval_s)
@@ -823,12 +864,12 @@ class _Session:
         """The Tuner: the core behind a searcher, a scheduler and a callback."""
         from ray import tune
 
-        from hpsearch.adapters import runner
-        from hpsearch.adapters.ray_preemption import PreemptionCallback
-        from hpsearch.adapters.ray_tune import (AbortStopper, CoreCallback, CoreScheduler,
+        from hpsearch.adapters.trial import runner
+        from hpsearch.adapters.ray.preemption import PreemptionCallback
+        from hpsearch.adapters.ray.tune import (AbortStopper, CoreCallback, CoreScheduler,
                                                 CoreSearcher)
-        from hpsearch.checkpoint import CheckpointStore
-        from hpsearch.preemption import SimulatedPreemptions
+        from hpsearch.recovery.checkpoint import CheckpointStore
+        from hpsearch.recovery.preemption import SimulatedPreemptions
 
         config = self.config
         metric, mode = config.objective.metric, config.objective.mode
@@ -906,7 +947,7 @@ class _Session:
     def _failures(self, progress: Progress, failures: list) -> RunFailed | None:
         """Say how many trials of the session failed and where their logs are; the
         error to raise when none completed (after the summary is written)."""
-        from hpsearch.failures import SessionOutcome, logs_line, session_verdict
+        from hpsearch.core.failures import SessionOutcome, logs_line, session_verdict
 
         tally = progress.tally
         line = progress.failures_line(logs_line(failures))
@@ -975,7 +1016,7 @@ class _Session:
                     "study." if "budget." in self.stop_reason else "")
             out(f"Stopped early: {self.stop_reason}.{hint}")
         try:
-            from hpsearch.adapters.results import write_study_report
+            from hpsearch.adapters.optuna.results import write_study_report
 
             report_files = [p.name for p in write_study_report(study, self.run_path)]
             out(f"Report: {display_path(self.run_path / report_files[0])}")

@@ -26,15 +26,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from hpsearch.budget import Accountant
-from hpsearch.config import Budget
+from hpsearch.money.budget import Accountant
+from hpsearch.spec.config import Budget
 from hpsearch.core.lifecycle import TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy, Policy
 from hpsearch.core.search import SearchCore, StartKind
-from hpsearch.decisions import Decision
-from hpsearch.ledger import Ledger
-from hpsearch.preemption import preemption_delay_s
-from hpsearch.pricing import Price
+from hpsearch.pruning.decisions import Decision
+from hpsearch.money.ledger import Ledger
+from hpsearch.recovery.preemption import preemption_delay_s
+from hpsearch.money.pricing import Price
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ def ray_cluster():
     """A real local Ray with 2 CPUs; hpsearch.run joins it instead of starting its own."""
     import ray
 
-    from hpsearch.adapters.ray_local import LocalRay
+    from hpsearch.adapters.ray.local import LocalRay
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Trial processes import tests.trainables: the repo root must be on their path.

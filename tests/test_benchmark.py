@@ -16,8 +16,8 @@ import pytest
 
 from benchmarks import lcbench, peers, policies
 from benchmarks.lcbench import Pool
-from hpsearch.decisions import CONTINUE, Decision, Verdict
-from hpsearch.policy import NoPruning
+from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
+from hpsearch.pruning.none import NoPruning
 from hpsearch.simulate import Curve, simulate
 
 HOUR = 3600.0

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.budget: admission control, the run's and a trial's money caps.
+"""Unit tests of hpsearch.money.budget: admission control, the run's and a trial's money caps.
 
 Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here. Time comes from
 a fake clock the tests move by hand; nothing sleeps.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.budget import Accountant, Admission, fmt_money
-from hpsearch.config import Budget
-from hpsearch.ledger import DONE, STOPPED, Ledger
-from hpsearch.pricing import Price
+from hpsearch.money.budget import Accountant, Admission, fmt_money
+from hpsearch.spec.config import Budget
+from hpsearch.money.ledger import DONE, STOPPED, Ledger
+from hpsearch.money.pricing import Price
 
 T0 = 1_700_000_000.0
 #: 3.6 per hour = 0.001 per second: one 10 s epoch costs 0.01.
@@ -379,7 +379,7 @@ def test_fmt_money_keeps_the_currency():
 
 
 def test_heartbeat_keeps_the_ledger_told_until_when_trials_ran(tmp_path):
-    from hpsearch.ledger import ALIVE_EVERY_S, FAILED
+    from hpsearch.money.ledger import ALIVE_EVERY_S, FAILED
 
     path = tmp_path / "ledger.jsonl"
     acct, clock = make(ledger=Ledger(path))

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.catalog: the packaged price catalogue, lookups, search, user CSVs
+"""Unit tests of hpsearch.money.catalog: the packaged price catalogue, lookups, search, user CSVs
 and a trial's share of an instance.
 
 Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here.
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from hpsearch import catalog as catalog_mod
-from hpsearch.catalog import COLUMNS, Catalog, Offer, load, packaged, parse_catalog
+from hpsearch.money import catalog as catalog_mod
+from hpsearch.money.catalog import COLUMNS, Catalog, Offer, load, packaged, parse_catalog
 from hpsearch.errors import EXIT_CONFIG, ConfigError
 
 HEADER = ",".join(COLUMNS)

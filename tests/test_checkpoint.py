@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.checkpoint (pure: files only)."""
+"""Unit tests of hpsearch.recovery.checkpoint (pure: files only)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.checkpoint import CORRUPT_PREFIX, REJECTED_NOTE, CheckpointStore
+from hpsearch.recovery.checkpoint import CORRUPT_PREFIX, REJECTED_NOTE, CheckpointStore
 
 
 def save(store: CheckpointStore, epoch: int, payload: str | None = None,

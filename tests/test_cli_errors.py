@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpsearch.config import load
+from hpsearch.spec.config import load
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "search_spaces" / "digits_mlp.yaml"

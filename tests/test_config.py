@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.config: loading, validation, overrides and the key reference.
+"""Unit tests of hpsearch.spec.config: loading, validation, overrides and the key reference.
 
 Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpsearch.config import (
+from hpsearch.spec.config import (
     MAX_DEPTH,
     MAX_EPOCHS,
     Config,
@@ -28,7 +28,7 @@ from hpsearch.config import (
     validate,
 )
 from hpsearch.errors import EXIT_CONFIG, ConfigError
-from hpsearch.space import CategoricalParam, FloatParam, IntParam
+from hpsearch.spec.space import CategoricalParam, FloatParam, IntParam
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "search_spaces").glob("*.yaml"))
@@ -939,7 +939,7 @@ def test_cost_aware_that_could_never_decide_is_refused(max_epochs, min_epochs, f
 
 
 def test_cost_aware_decision_bound_matches_the_policy():
-    from hpsearch.policy import FINISH_SHARE
+    from hpsearch.pruning.cost_aware import FINISH_SHARE
 
     # The last epoch config accepts for min_epochs is the last one at which the policy
     # does not continue unconditionally for being near the end (brute force here).

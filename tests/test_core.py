@@ -7,15 +7,15 @@ import math
 import pytest
 
 from hpsearch import keys
-from hpsearch.budget import Accountant
-from hpsearch.config import Budget
+from hpsearch.money.budget import Accountant
+from hpsearch.spec.config import Budget
 from hpsearch.core.lifecycle import LifecycleError, TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy, TrialHistory
 from hpsearch.core.search import SearchCore, StartKind
-from hpsearch.decisions import CONTINUE, Decision, Verdict
-from hpsearch.ledger import DONE, FAILED, PREEMPTED, STOPPED, Ledger
-from hpsearch.policy import NoPruning
-from hpsearch.pricing import Price
+from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
+from hpsearch.money.ledger import DONE, FAILED, PREEMPTED, STOPPED, Ledger
+from hpsearch.pruning.none import NoPruning
+from hpsearch.money.pricing import Price
 
 S = TrialState
 PRICE = Price(3.6, "USD", "test", False, 3.6, 1.0, billing_granularity_s=0)  # 0.001/s

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch import doctor, gpu, nodekinds
-from hpsearch.catalog import packaged
-from hpsearch.doctor import FAIL, OK, WARN, Check, ClusterInfo, NodeInfo, TorchInfo
+from hpsearch.adapters import nvml
+from hpsearch.money import nodekinds
+from hpsearch.tools import doctor
+from hpsearch.money.catalog import packaged
+from hpsearch.tools.doctor import FAIL, OK, WARN, Check, ClusterInfo, NodeInfo, TorchInfo
 
 from .test_cli_errors import GOOD, hpsearch
 from .test_gpu import NO_NVML, no_driver
@@ -100,8 +102,8 @@ def test_doctor_json_is_a_list_of_checks(tmp_path):
     assert names[:5] == ["python", "hpsearch", "torch", "nvml", "cuda"]
     assert "optuna-dashboard" in names
     if NO_NVML:
-        nvml = checks[names.index("nvml")]
-        assert nvml["status"] == WARN and "NVML library not found" in nvml["message"]
+        nvml_check = checks[names.index("nvml")]
+        assert nvml_check["status"] == WARN and "NVML library not found" in nvml_check["message"]
 
 
 def test_doctor_with_a_space_checks_run_dir_storage_and_price(tmp_path, space):
@@ -188,7 +190,7 @@ def test_doctor_fails_fast_on_an_unreachable_ray_address(tmp_path):
 
 
 def test_cluster_probe_gives_up_on_a_port_where_no_ray_head_answers():
-    from hpsearch.adapters.doctor_checks import cluster_info
+    from hpsearch.adapters.system import cluster_info
 
     # Something listens (and accepts), but it is not Ray: ray.init would wait forever.
     server = socket.socket()
@@ -255,12 +257,12 @@ def test_doctor_lists_a_real_clusters_node_kinds(tmp_path, space):
 # The checks on plain data.
 
 
-def card(index: int = 0, name: str = "NVIDIA H100 80GB HBM3") -> gpu.Gpu:
-    return gpu.Gpu(index, name, f"GPU-{index}", 81559.0, 1024.0, 80535.0, 0.0, 30.0)
+def card(index: int = 0, name: str = "NVIDIA H100 80GB HBM3") -> nvml.Gpu:
+    return nvml.Gpu(index, name, f"GPU-{index}", 81559.0, 1024.0, 80535.0, 0.0, 30.0)
 
 
-TWO_GPUS = gpu.Inventory(True, (card(0), card(1)), "550.54.15", "12.4", "2 GPU(s)")
-NO_GPU = gpu.Inventory(False, message="NVML library not found (libnvidia-ml.so): ...")
+TWO_GPUS = nvml.Inventory(True, (card(0), card(1)), "550.54.15", "12.4", "2 GPU(s)")
+NO_GPU = nvml.Inventory(False, message="NVML library not found (libnvidia-ml.so): ...")
 CPU_TORCH = TorchInfo("2.13.0+cpu")
 CUDA_TORCH = TorchInfo("2.13.0+cu124", "12.4", True, ("NVIDIA H100 80GB HBM3",) * 2)
 
@@ -324,12 +326,12 @@ def test_torch_and_nvml_checks():
                               ).status == FAIL
     assert "CPU-only build" in doctor.torch_check(CPU_TORCH).message
     assert "2 x NVIDIA H100 80GB HBM3" in doctor.torch_check(CUDA_TORCH).message
-    nvml = doctor.nvml_check(TWO_GPUS)
-    assert nvml.status == OK
-    assert nvml.message.startswith("driver 550.54.15, CUDA 12.4: 0: NVIDIA H100 80GB HBM3 "
+    nvml_ok = doctor.nvml_check(TWO_GPUS)
+    assert nvml_ok.status == OK
+    assert nvml_ok.message.startswith("driver 550.54.15, CUDA 12.4: 0: NVIDIA H100 80GB HBM3 "
                                    "(80 GiB, 1.0 GiB used), 1: ")
     assert doctor.nvml_check(NO_GPU).status == WARN
-    empty = gpu.Inventory(True, (), "550.54.15", "12.4", "no GPU")
+    empty = nvml.Inventory(True, (), "550.54.15", "12.4", "no GPU")
     assert doctor.nvml_check(empty).status == WARN
 
 
@@ -401,7 +403,7 @@ def test_writable_probe_leaves_nothing_behind(tmp_path):
 def test_rdb_error_opens_existing_sqlite_studies_without_writing(tmp_path):
     import optuna
 
-    from hpsearch.adapters.doctor_checks import rdb_error
+    from hpsearch.adapters.system import rdb_error
 
     empty = tmp_path / "empty.db"
     assert rdb_error(f"sqlite:///{empty}") is None
@@ -439,7 +441,7 @@ def test_gpu_trials_on_a_machine_without_gpus_fail_the_local_ray_check(tmp_path,
 
 
 def test_local_ray_check_passes_when_the_gpus_suffice():
-    two = gpu.Inventory(True, tuple(gpu.Gpu(i, "NVIDIA L4", f"GPU-{i}", 24e3, 0.0, 24e3)
+    two = nvml.Inventory(True, tuple(nvml.Gpu(i, "NVIDIA L4", f"GPU-{i}", 24e3, 0.0, 24e3)
                                     for i in range(2)))
     assert doctor.local_ray_check(two, cpus=8, trial_gpus=2).status == OK
     assert doctor.local_ray_check(two, cpus=8, trial_gpus=0.5).status == OK

@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch import config as config_mod
+from hpsearch.spec import config as config_mod
 from hpsearch.driver import RunAborted
 
 from .conftest import REPO

@@ -8,7 +8,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch import config as config_mod
+from hpsearch.spec import config as config_mod
 
 from .test_e2e import load_study
 from .test_e2e_preemption import fixed_trial

@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch import config as config_mod
+from hpsearch.spec import config as config_mod
 from hpsearch.errors import ConfigError
 
 from .test_e2e import BAD, GOOD, enqueue, load_study, pruning_spec
@@ -29,7 +29,7 @@ def ddp_trial(name: str, tmp) -> dict:
 
 
 def rank_processes() -> list[str]:
-    found = subprocess.run(["pgrep", "-af", "hpsearch.adapters.ddp_rank"],
+    found = subprocess.run(["pgrep", "-af", "hpsearch.adapters.trial.ddp_rank"],
                            capture_output=True, text=True)
     return [line for line in found.stdout.splitlines() if "pgrep" not in line]
 

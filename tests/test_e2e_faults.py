@@ -30,8 +30,8 @@ from optuna.trial import TrialState
 
 import hpsearch
 from hpsearch.errors import ConfigError
-from hpsearch.faults import EXIT_DISK_FULL, EXIT_TERMINATED
-from hpsearch.ledger import Ledger
+from hpsearch.recovery.faults import EXIT_DISK_FULL, EXIT_TERMINATED
+from hpsearch.money.ledger import Ledger
 
 from .conftest import REPO
 

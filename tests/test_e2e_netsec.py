@@ -33,7 +33,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpsearch.adapters.ray_local import RUN_ENV
+from hpsearch.adapters.ray.local import RUN_ENV
 
 from .conftest import REPO
 from .test_e2e import spec
@@ -418,7 +418,7 @@ print("@@result@@" + json.dumps(result))
 
 def test_the_readme_cluster_steps_with_token_authentication(in_tmp, ray_tmp):
     """``ray start --head``, a worker with the head's token, ``cluster.address: auto``."""
-    from hpsearch.adapters.ray_local import reap
+    from hpsearch.adapters.ray.local import reap
 
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         pytest.fail("this test needs `unshare -n` (root, util-linux): a network namespace "

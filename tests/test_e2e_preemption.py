@@ -19,8 +19,8 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch import config as config_mod
-from hpsearch.ledger import Ledger
+from hpsearch.spec import config as config_mod
+from hpsearch.money.ledger import Ledger
 
 from .conftest import REPO
 from .test_e2e import load_study, spec

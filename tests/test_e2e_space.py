@@ -8,7 +8,7 @@ import torch
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch import config as config_mod
+from hpsearch.spec import config as config_mod
 
 pytestmark = pytest.mark.slow
 

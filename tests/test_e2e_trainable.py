@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch import config as config_mod
+from hpsearch.spec import config as config_mod
 from hpsearch.errors import RunAborted, RunFailed
 
 from .conftest import REPO

@@ -120,7 +120,7 @@ def test_exit_codes_match_the_readme_and_the_cli():
     assert (errors.RunFailed.exit_code, errors.RunAborted.exit_code,
             errors.ConfigError.exit_code, errors.TrialSetupError.exit_code,
             errors.RunInterrupted.exit_code) == (1, 2, 2, 2, 130)
-    from hpsearch.faults import DiskFull
+    from hpsearch.recovery.faults import DiskFull
 
     assert DiskFull.exit_code == 75 and "disk" in rows["75"]
     for code in ("0: success", "1: the run could not succeed", "2: bad input", "75: the disk",
@@ -133,7 +133,7 @@ def test_the_readme_gives_fail_fasts_default():
     import re
     from pathlib import Path
 
-    from hpsearch.config import reference_keys
+    from hpsearch.spec.config import reference_keys
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     (row,) = re.findall(r"^\| `search\.fail_fast` \| (\w+) \| (.+) \|$", readme, re.M)

@@ -1,10 +1,10 @@
-"""Unit tests of hpsearch.failures: the same error, the fail-fast watch, the verdict."""
+"""Unit tests of hpsearch.core.failures: the same error, the fail-fast watch, the verdict."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpsearch.failures import (FailFast, Failure, SessionOutcome, Verdict, error_signature,
+from hpsearch.core.failures import (FailFast, Failure, SessionOutcome, Verdict, error_signature,
                                logs_line, session_verdict)
 
 

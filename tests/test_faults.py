@@ -1,6 +1,6 @@
 """Faults refused before anything runs: a second driver, a read-only run dir, a damaged
 ledger, a study that belongs to another run dir; and the pure pieces behind them
-(hpsearch.faults). No Ray or Lightning: every refusal here happens before Ray starts.
+(hpsearch.recovery.faults). No Ray or Lightning: every refusal here happens before Ray starts.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 import hpsearch
 from hpsearch import keys
 from hpsearch.errors import EXIT_CONFIG, ConfigError
-from hpsearch.faults import (
+from hpsearch.recovery.faults import (
     EXIT_DISK_FULL,
     DiskFull,
     RunDirBusy,
@@ -27,7 +27,7 @@ from hpsearch.faults import (
     check_writable,
     disk_full_cause,
 )
-from hpsearch.ledger import DONE, Ledger, LedgerCorrupt
+from hpsearch.money.ledger import DONE, Ledger, LedgerCorrupt
 
 from .conftest import REPO
 
@@ -49,7 +49,7 @@ def tree(folder: Path) -> dict[str, tuple[int, int]]:
 
 def hold_lock(run_dir: Path) -> subprocess.Popen:
     """Another process holding the run dir's lock, as a running driver does."""
-    code = ("import sys, time; from hpsearch.faults import RunLock; "
+    code = ("import sys, time; from hpsearch.recovery.faults import RunLock; "
             "RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)],
                             env=dict(os.environ, PYTHONPATH=str(REPO)),
@@ -166,7 +166,7 @@ def test_check_writable_accepts_a_new_run_dir_below_a_writable_folder(tmp_path):
 
 
 def _damaged_run_dir(tmp_path: Path) -> Path:
-    from hpsearch.pricing import Price
+    from hpsearch.money.pricing import Price
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -232,7 +232,7 @@ def _billed_study(url: str, name: str, ledger_id: str | None) -> None:
     import optuna
 
     study = optuna.create_study(storage=url, study_name=name, direction="maximize")
-    from hpsearch import config as config_mod
+    from hpsearch.spec import config as config_mod
 
     study.set_user_attr(keys.ATTR_CONFIG, config_mod.load(SPACE).to_dict())
     if ledger_id is not None:
@@ -292,8 +292,8 @@ def test_disk_full_message_names_the_path_and_the_way_out(tmp_path, monkeypatch)
 def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(tmp_path):
     import optuna
 
-    from hpsearch import config as config_mod
-    from hpsearch.adapters.study import StudyRecorder
+    from hpsearch.spec import config as config_mod
+    from hpsearch.adapters.optuna.study import StudyRecorder
     from hpsearch.core.lifecycle import TrialState as LState
 
     raw = {**SPACE, "space": {

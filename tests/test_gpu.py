@@ -16,8 +16,11 @@ from typing import Any
 import pynvml
 import pytest
 
-from hpsearch import catalog as catalog_mod
-from hpsearch import config, gpu, pricing
+from hpsearch.money import catalog as catalog_mod
+from hpsearch.adapters import nvml
+from hpsearch.money import gpu_models
+from hpsearch.money import pricing
+from hpsearch.spec import config
 from hpsearch.errors import ConfigError
 
 from .test_cli_errors import EXAMPLE, hpsearch
@@ -47,7 +50,7 @@ MODELS = sorted({o.gpu_model for o in CAT.offers.values() if o.gpu_model})
 
 @no_driver
 def test_inventory_without_driver_is_data_not_an_exception():
-    inv = gpu.inventory()
+    inv = nvml.inventory()
     assert inv.available is False
     assert inv.gpus == () and inv.count == 0
     assert inv.models() == {} and inv.main_model() is None
@@ -58,13 +61,13 @@ def test_inventory_without_driver_is_data_not_an_exception():
 
 @no_driver
 def test_detected_gpu_model_is_none_without_driver():
-    assert gpu.detected_gpu_model() is None
+    assert nvml.detected_gpu_model() is None
 
 
 @no_driver
 def test_sampler_without_driver_starts_no_thread_and_returns_none_figures():
     threads_before = {t.name for t in threading.enumerate()}
-    sampler = gpu.GpuSampler(interval_s=0.01)
+    sampler = nvml.GpuSampler(interval_s=0.01)
     assert sampler.start() is sampler
     assert sampler.active is False
     assert "NVML library not found" in sampler.message
@@ -77,7 +80,7 @@ def test_sampler_without_driver_starts_no_thread_and_returns_none_figures():
     }
     # Stopping twice and using it as a context manager are harmless too.
     assert sampler.stop() == figures
-    with gpu.GpuSampler(indices=[0]) as again:
+    with nvml.GpuSampler(indices=[0]) as again:
         assert again.active is False
     assert again.snapshot()["n_samples"] == 0
 
@@ -85,23 +88,23 @@ def test_sampler_without_driver_starts_no_thread_and_returns_none_figures():
 @no_driver
 def test_visible_uuids_without_driver_are_skipped():
     env = {"CUDA_VISIBLE_DEVICES": "GPU-1b2c3d4e-0000-0000-0000-000000000000,1"}
-    assert gpu.visible_indices(env) == [1]
+    assert nvml.visible_indices(env) == [1]
 
 
 def test_sampler_rejects_a_non_positive_interval():
     with pytest.raises(ValueError, match="interval_s"):
-        gpu.GpuSampler(interval_s=0)
+        nvml.GpuSampler(interval_s=0)
 
 
 def test_inventory_main_model_is_the_most_common_then_the_first():
-    def card(index: int, name: str) -> gpu.Gpu:
-        return gpu.Gpu(index, name, f"GPU-{index}", 1024.0, 0.0, 1024.0)
+    def card(index: int, name: str) -> nvml.Gpu:
+        return nvml.Gpu(index, name, f"GPU-{index}", 1024.0, 0.0, 1024.0)
 
-    inv = gpu.Inventory(True, (card(0, "Tesla T4"), card(1, "NVIDIA L4"),
+    inv = nvml.Inventory(True, (card(0, "Tesla T4"), card(1, "NVIDIA L4"),
                                card(2, "NVIDIA L4")))
     assert inv.models() == {"Tesla T4": 1, "NVIDIA L4": 2}
     assert inv.main_model() == "NVIDIA L4"
-    tie = gpu.Inventory(True, (card(0, "Tesla T4"), card(1, "NVIDIA L4")))
+    tie = nvml.Inventory(True, (card(0, "Tesla T4"), card(1, "NVIDIA L4")))
     assert tie.main_model() == "Tesla T4"
 
 
@@ -134,7 +137,7 @@ def test_nvml_error_message_for_each_error_class(name):
     assert isinstance(exc, pynvml.NVMLError)
     # The base class maps a code to the same subclass.
     assert type(pynvml.NVMLError(exc.value)) is cls
-    message = gpu.nvml_error_message(exc)
+    message = nvml.nvml_error_message(exc)
     assert message and "\n" not in message
     if name in SPECIFIC:
         for fragment in SPECIFIC[name]:
@@ -146,7 +149,7 @@ def test_nvml_error_message_for_each_error_class(name):
 
 
 def test_nvml_error_message_of_the_base_class():
-    message = gpu.nvml_error_message(pynvml.NVMLError(12345))
+    message = nvml.nvml_error_message(pynvml.NVMLError(12345))
     assert message.startswith("NVML failed (error: ")
 
 
@@ -168,14 +171,14 @@ def test_nvml_error_message_of_the_base_class():
 ])
 def test_visible_indices(value, expected):
     env = {} if value is None else {"CUDA_VISIBLE_DEVICES": value}
-    assert gpu.visible_indices(env) == expected
+    assert nvml.visible_indices(env) == expected
 
 
 def test_visible_indices_reads_os_environ_by_default(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
-    assert gpu.visible_indices() == [3, 1]
+    assert nvml.visible_indices() == [3, 1]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert gpu.visible_indices() is None
+    assert nvml.visible_indices() is None
 
 
 # ---------------------------------------------------------------------------------------
@@ -205,18 +208,18 @@ def test_visible_indices_reads_os_environ_by_default(monkeypatch):
     ("nvidia geforce rtx 4090", None, "RTX 4090"),
 ])
 def test_catalogue_model(name, memory_mib, model):
-    assert gpu.catalogue_model(name, MODELS, memory_mib=memory_mib) == model
+    assert gpu_models.catalogue_model(name, MODELS, memory_mib=memory_mib) == model
 
 
 def test_catalogue_model_prefers_the_memory_specific_model():
     models = ["A100", "A100-80GB"]
-    assert gpu.catalogue_model("NVIDIA A100-SXM4-80GB", models) == "A100-80GB"
-    assert gpu.catalogue_model("NVIDIA A100-SXM4-40GB", models) == "A100"
-    assert gpu.catalogue_model("NVIDIA A10G", models) is None
+    assert gpu_models.catalogue_model("NVIDIA A100-SXM4-80GB", models) == "A100-80GB"
+    assert gpu_models.catalogue_model("NVIDIA A100-SXM4-40GB", models) == "A100"
+    assert gpu_models.catalogue_model("NVIDIA A10G", models) is None
 
 
 def _row(name: str, memory_mib: float | None = None, provider: str | None = None):
-    return gpu.match_catalog_gpu(name, CAT, memory_mib=memory_mib, provider=provider)
+    return gpu_models.match_catalog_gpu(name, CAT, memory_mib=memory_mib, provider=provider)
 
 
 @pytest.mark.parametrize("name, memory_mib, model, memory_gb", [
@@ -262,9 +265,9 @@ def test_match_catalog_gpu_by_provider_falls_back_to_a_less_specific_model():
     text = ",".join(catalog_mod.COLUMNS) + "\n" + (
         "local,my-a100,A100,1,80,,,USD,0.9,,,1,1,own box,2026-11\n")
     cat = CAT.merged(catalog_mod.parse_catalog(text, "extra.csv"))
-    offer = gpu.match_catalog_gpu("NVIDIA A100-SXM4-80GB", cat, provider="local")
+    offer = gpu_models.match_catalog_gpu("NVIDIA A100-SXM4-80GB", cat, provider="local")
     assert offer is not None and offer.key == "local:my-a100"
-    assert gpu.match_catalog_gpu("NVIDIA A100-SXM4-80GB", cat).gpu_model == "A100-80GB"
+    assert gpu_models.match_catalog_gpu("NVIDIA A100-SXM4-80GB", cat).gpu_model == "A100-80GB"
 
 
 # ---------------------------------------------------------------------------------------
@@ -338,7 +341,7 @@ def test_auto_instance_errors_when_no_local_row_has_the_currency():
 
 def test_resolve_auto_without_gpu_is_local_cpu_with_a_note():
     price = pricing.resolve(make({"instance": "auto"}), node_cpus=4, catalog=CAT,
-                            gpu_model=None)
+                            gpu=pricing.NO_GPU)
     assert price.instance == "local:local-cpu"
     assert price.per_hour == pytest.approx(0.07 / 4)
     assert "no GPU detected" in price.note
@@ -346,7 +349,7 @@ def test_resolve_auto_without_gpu_is_local_cpu_with_a_note():
 
 def test_resolve_auto_with_an_rtx_4090():
     cfg = make({"instance": "auto"}, {"cpu": 2, "gpu": 1})
-    price = pricing.resolve(cfg, catalog=CAT, gpu_model="NVIDIA GeForce RTX 4090")
+    price = pricing.resolve(cfg, catalog=CAT, gpu=pricing.DetectedGpu("NVIDIA GeForce RTX 4090"))
     assert price.instance == "local:local-gpu"
     assert price.currency == "USD" and price.per_hour == pytest.approx(0.17)
     assert "NVIDIA GeForce RTX 4090" in price.note
@@ -354,14 +357,14 @@ def test_resolve_auto_with_an_rtx_4090():
 
 def test_resolve_auto_with_a_v100_in_cny():
     cfg = make({"instance": "auto", "currency": "CNY"}, {"gpu": 1})
-    price = pricing.resolve(cfg, catalog=CAT, gpu_model="Tesla V100-SXM2-32GB")
+    price = pricing.resolve(cfg, catalog=CAT, gpu=pricing.DetectedGpu("Tesla V100-SXM2-32GB"))
     assert price.instance == "local:local-gpu-cny"
     assert price.currency == "CNY" and price.per_hour == pytest.approx(15.0)
 
 
 def test_resolve_auto_with_an_unknown_model_falls_back_with_a_note():
     cfg = make({"instance": "auto"}, {"gpu": 1})
-    price = pricing.resolve(cfg, catalog=CAT, gpu_model="NVIDIA H200")
+    price = pricing.resolve(cfg, catalog=CAT, gpu=pricing.DetectedGpu("NVIDIA H200"))
     assert price.instance == "local:local-gpu"
     assert "NVIDIA H200" in price.note and "local:local-gpu" in price.note
 
@@ -369,7 +372,7 @@ def test_resolve_auto_with_an_unknown_model_falls_back_with_a_note():
 def test_resolve_auto_with_gpu_trials_but_no_gpu_is_an_error():
     cfg = make({"instance": "auto"}, {"gpu": 1})
     with pytest.raises(ConfigError, match="pricing.instance: auto prices this machine's GPU"):
-        pricing.resolve(cfg, catalog=CAT, gpu_model=None)
+        pricing.resolve(cfg, catalog=CAT, gpu=pricing.NO_GPU)
 
 
 def test_resolve_a_named_instance_has_no_note():
@@ -378,15 +381,23 @@ def test_resolve_a_named_instance_has_no_note():
     # A node that declares its instance is priced at it, not at the auto row.
     cfg = make({"instance": "auto"}, {"gpu": 1})
     node = pricing.resolve(cfg, catalog=CAT, instance="aws:p3.2xlarge", spot=True,
-                           gpu_model="NVIDIA GeForce RTX 4090")
+                           gpu=pricing.DetectedGpu("NVIDIA GeForce RTX 4090"))
     assert node.instance == "aws:p3.2xlarge" and node.note == ""
 
 
 @no_driver
 def test_resolve_auto_detects_no_gpu_here():
-    price = pricing.resolve(make({"instance": "auto"}), node_cpus=2, catalog=CAT)
+    price = pricing.resolve(make({"instance": "auto"}), node_cpus=2, catalog=CAT,
+                            gpu=nvml.detected())
     assert price.instance == "local:local-cpu"
     assert "NVML library not found" in price.note
+
+
+def test_resolve_auto_needs_what_nvml_found():
+    # Pricing never talks to the hardware itself: the composition root asks NVML.
+    with pytest.raises(ValueError, match="auto"):
+        pricing.resolve(make({"instance": "auto"}), node_cpus=2, catalog=CAT)
+    assert nvml.for_pricing(make({"instance": "local-cpu"})) is None
 
 
 @no_driver

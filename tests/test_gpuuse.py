@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch import config as config_mod
-from hpsearch import gpuuse, keys, report, report_writers
-from hpsearch.adapters.study import StudyRecorder
-from hpsearch.gpuuse import GpuUse
+from hpsearch.spec import config as config_mod
+from hpsearch import keys
+from hpsearch.report import gpuuse, report, writers
+from hpsearch.adapters.optuna.study import StudyRecorder
+from hpsearch.report.gpuuse import GpuUse
 
 from .test_report import money, record, study_info
 from .test_study import RAW
@@ -114,10 +115,10 @@ def test_report_shows_money_paid_for_idle_gpu_time():
     assert s["idle_gpu_cost"] == pytest.approx(2.5)
     assert s["gpu_util_mean"] == pytest.approx((4 * 75 + 2 * 25) / 6)
     assert s["idle_gpu_cost_method"].startswith("estimate")
-    labels = dict(report_writers.summary_lines(built))
+    labels = dict(writers.summary_lines(built))
     assert labels["Paid for idle GPU time (estimate)"].startswith("2.5000 USD")
     assert "58%" in labels["Paid for idle GPU time (estimate)"]
-    header, cells = report_writers.table_rows(built)
+    header, cells = writers.table_rows(built)
     column = header.index("gpu util %")
     assert [c[column] for c in cells] == ["75", "25", "-"]
     assert "idle_gpu_cost" in report.ROW_COLUMNS
@@ -128,5 +129,5 @@ def test_report_without_gpu_samples_says_so():
                          study_info())
     assert built.summary["idle_gpu_cost"] is None
     assert built.summary["gpu_util_mean"] is None
-    assert "no GPU use sampled" in dict(report_writers.summary_lines(built))[
+    assert "no GPU use sampled" in dict(writers.summary_lines(built))[
         "Paid for idle GPU time (estimate)"]

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.ledger: billed intervals, spent and wasted money, persistence.
+"""Unit tests of hpsearch.money.ledger: billed intervals, spent and wasted money, persistence.
 
 Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here. Times are plain
 numbers the tests choose (the ledger takes ``now_s`` from its caller).
@@ -12,7 +12,7 @@ import pytest
 
 from hpsearch import keys
 from hpsearch.errors import EXIT_CONFIG, HpsearchError
-from hpsearch.ledger import (
+from hpsearch.money.ledger import (
     DONE,
     FAILED,
     PREEMPTED,
@@ -21,7 +21,7 @@ from hpsearch.ledger import (
     Interval,
     Ledger,
 )
-from hpsearch.pricing import Price
+from hpsearch.money.pricing import Price
 
 T0 = 1_700_000_000.0  # a wall-clock-like origin
 
@@ -427,7 +427,7 @@ def test_interval_dataclass_defaults():
 
 
 def test_spot_cost_is_the_part_billed_at_spot_prices():
-    from hpsearch.pricing import Price
+    from hpsearch.money.pricing import Price
 
     spot = Price(3600.0, "USD", "aws:x", True, 3600.0, 1.0)
     on_demand = Price(3600.0 * 3, "USD", "aws:x", False, 3600.0 * 3, 1.0)
@@ -552,7 +552,7 @@ def _replayed(path) -> Ledger:
 
 
 def test_corrupt_middle_line_says_how_to_repair(tmp_path):
-    from hpsearch.ledger import LedgerCorrupt
+    from hpsearch.money.ledger import LedgerCorrupt
 
     path = tmp_path / "run" / "ledger.jsonl"
     path.parent.mkdir()
@@ -567,7 +567,7 @@ def test_corrupt_middle_line_says_how_to_repair(tmp_path):
 
 
 def test_repair_of_a_torn_middle_close_keeps_every_valid_event(tmp_path):
-    from hpsearch.ledger import repair
+    from hpsearch.money.ledger import repair
 
     path = tmp_path / "ledger.jsonl"
     _busy_ledger(path)
@@ -594,7 +594,7 @@ def test_repair_of_a_torn_middle_close_keeps_every_valid_event(tmp_path):
 
 
 def test_repair_books_an_interval_whose_open_line_was_torn(tmp_path):
-    from hpsearch.ledger import repair
+    from hpsearch.money.ledger import repair
 
     path = tmp_path / "ledger.jsonl"
     ledger = Ledger(path)
@@ -615,7 +615,7 @@ def test_repair_books_an_interval_whose_open_line_was_torn(tmp_path):
 
 
 def test_repair_of_a_sound_ledger_changes_nothing(tmp_path):
-    from hpsearch.ledger import repair
+    from hpsearch.money.ledger import repair
 
     path = tmp_path / "ledger.jsonl"
     _busy_ledger(path)
@@ -627,7 +627,7 @@ def test_repair_of_a_sound_ledger_changes_nothing(tmp_path):
 
 
 def test_repair_drops_a_torn_last_line_too(tmp_path):
-    from hpsearch.ledger import repair
+    from hpsearch.money.ledger import repair
 
     path = tmp_path / "ledger.jsonl"
     before = _busy_ledger(path)

@@ -1,5 +1,5 @@
 """The contract with the trainable's Lightning code: which package, which data shape,
-which checkpoints load (hpsearch.adapters.lightning_api and the runner's prepare).
+which checkpoints load (hpsearch.adapters.trial.lightning_api and the runner's prepare).
 
 Checkpoint checks need torch only; anything that builds Lightning objects is slow.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpsearch.adapters import lightning_api
-from hpsearch.adapters.lightning_api import (CHECKPOINT_GLOBALS, RESUME_KEYS, DataShape,
+from hpsearch.adapters.trial import lightning_api
+from hpsearch.adapters.trial.lightning_api import (CHECKPOINT_GLOBALS, RESUME_KEYS, DataShape,
                                              ShapeError, checkpoint_problem)
 
 from .trainables import Payload
@@ -100,7 +100,7 @@ def _pickle_globals(path: Path) -> set[str]:
 
 
 def _fit_and_save(package: str, tmp_path: Path, precision: str, optimizer: str) -> Path:
-    from hpsearch.adapters import runner
+    from hpsearch.adapters.trial import runner
 
     if package == "lightning":
         from .lit_trainables import build
@@ -220,8 +220,8 @@ def test_the_batch_size_is_halved_where_the_shape_allows(shape):
     """A ``batch_size`` param is halved by rebuilding (every shape); without it, the
     datamodule's or the module's ``batch_size`` is set after the build, and loaders
     handed over ready-made cannot be re-batched (said, with the fix)."""
-    from hpsearch.adapters.runner import TrialSpec, prepare
-    from hpsearch.oom import OomLadder
+    from hpsearch.adapters.trial.runner import TrialSpec, prepare
+    from hpsearch.recovery.oom import OomLadder
 
     def spec(param: str) -> TrialSpec:
         return TrialSpec(trainable="tests.lit_trainables:shaped", metric="val_acc",
@@ -253,7 +253,7 @@ def test_the_batch_size_is_halved_where_the_shape_allows(shape):
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["datamodule", "loaders", "module"])
 def test_plans_probe_measures_every_shape(shape):
-    from hpsearch.adapters.probe import probe
+    from hpsearch.adapters.trial.probe import probe
 
     figures = probe("tests.lit_trainables:shaped", {"shape": shape, "batch": 32},
                     probe_batches=2)
@@ -265,7 +265,7 @@ def test_plans_probe_measures_every_shape(shape):
 
 @pytest.mark.slow
 def test_plans_probe_takes_a_function_and_refuses_a_bad_shape_in_one_line():
-    from hpsearch.adapters.probe import probe
+    from hpsearch.adapters.trial.probe import probe
     from hpsearch.errors import ConfigError
 
     from .lit_trainables import LitDigitsMLP

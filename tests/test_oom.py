@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.oom import DEFAULT_LADDER, OomLadder
+from hpsearch.recovery.oom import DEFAULT_LADDER, OomLadder
 
 
 def test_the_default_ladder_halves_twice_then_mixed_precision_then_checkpointing():
@@ -49,7 +49,7 @@ def test_unknown_rungs_are_refused():
 
 
 def test_the_config_refuses_unknown_rungs_naming_the_field():
-    from hpsearch import config
+    from hpsearch.spec import config
     from hpsearch.errors import ConfigError
 
     raw = config.read_yaml("search_spaces/digits_mlp.yaml")

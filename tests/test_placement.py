@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpsearch import config as config_mod
-from hpsearch import keys, nodekinds, pricing
+from hpsearch.spec import config as config_mod
+from hpsearch import keys
+from hpsearch.money import nodekinds, pricing
 from hpsearch.core.placement import Placement
 
 RAW = {

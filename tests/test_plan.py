@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.plan: the representative configuration, the memory arithmetic,
+"""Unit tests of hpsearch.tools.plan: the representative configuration, the memory arithmetic,
 GPU fit, time per epoch, billing and the cost table.
 
 Pure: hand-made probe figures and a small hand-made catalogue; no Ray, torch, Lightning
@@ -12,18 +12,18 @@ import math
 
 import pytest
 
-from hpsearch import nodekinds
-from hpsearch.catalog import COLUMNS, parse_catalog
-from hpsearch.config import load
+from hpsearch.money import nodekinds
+from hpsearch.money.catalog import COLUMNS, parse_catalog
+from hpsearch.spec.config import load
 from hpsearch.errors import ConfigError
-from hpsearch.plan import (
+from hpsearch.tools.plan import (
     CUDA_CONTEXT_MIB, GIB, GPU_EFFICIENCY, GPU_SPEEDS, HEADROOM, MIB, STARTUP_S,
     TRAIN_STEP_FLOOR_S, VAL_STEP_FLOOR_S, ProbeFigures, Throughput, billed_s,
     estimate_memory, gpu_epoch_s, make_plan, parse_throughput, render,
     representative_params, to_json,
 )
-from hpsearch.progress import text_table
-from hpsearch.space import CategoricalParam, FloatParam, IntParam, Space
+from hpsearch.report.progress import text_table
+from hpsearch.spec.space import CategoricalParam, FloatParam, IntParam, Space
 
 # ---------------------------------------------------------------------------------------
 # Fixtures: a catalogue, a config, probe figures.

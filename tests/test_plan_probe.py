@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch import catalog as catalog_mod
-from hpsearch.config import load
-from hpsearch.plan import MIB, make_plan, representative_params
+from hpsearch.money import catalog as catalog_mod
+from hpsearch.spec.config import load
+from hpsearch.tools.plan import MIB, make_plan, representative_params
 from tests.test_cli_errors import env as cli_env
 from tests.test_cli_errors import files_under, hpsearch
 
@@ -114,7 +114,7 @@ def measure_rss(params: dict) -> dict:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 def test_memory_estimate_within_20_percent_of_measured():
-    from hpsearch.adapters.probe import probe
+    from hpsearch.adapters.trial.probe import probe
 
     config = load(WIDE)
     params = representative_params(config.space, "mid")

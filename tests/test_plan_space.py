@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hpsearch.plan import representative_params
-from hpsearch.space import parse_space
+from hpsearch.tools.plan import representative_params
+from hpsearch.spec.space import parse_space
 
 SPACE = parse_space({
     "momentum": {"type": "float", "low": 0.5, "high": 0.9, "condition": {"optimizer": "sgd"}},

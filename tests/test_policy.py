@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.policy: the cost-aware pruning rule on hand-built curves.
+"""Unit tests of hpsearch.pruning.cost_aware: the cost-aware pruning rule on hand-built curves.
 
 Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here.
 """
@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from hpsearch import policy
-from hpsearch.decisions import Decision
-from hpsearch.policy import (Board, CostAwarePolicy, cost_factor, early_sharpness,
+from hpsearch.pruning import cost_aware
+from hpsearch.pruning.decisions import Decision
+from hpsearch.pruning.cost_aware import (Board, CostAwarePolicy, cost_factor, early_sharpness,
                              keep_fraction)
 
 
@@ -48,20 +48,20 @@ TEN = [0.9 - 0.05 * i for i in range(10)]
 
 def test_the_tuned_constants_are_pinned():
     """Tuned on LCBench (see the design notes): changing one is a deliberate act."""
-    assert policy.ABSOLUTE_SCHEDULE == ((2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04))
-    assert policy.RELATIVE_SCHEDULE == tuple((e / 52, s) for e, s in policy.ABSOLUTE_SCHEDULE)
-    assert policy.IMPROVEMENT_BONUS == 4.0
-    assert policy.SLOPE_EPOCHS == 3
-    assert policy.MIN_PEERS == 4
-    assert policy.MIN_FINISHED == 2
-    assert policy.GUARD_OPTIMISM == 1.5
-    assert policy.GUARD_FROM == 2
-    assert policy.COST_FULL_FROM == 10
-    assert policy.COST_FACTOR_RANGE == (1 / 3, 3.0)
-    assert policy.FINISH_SHARE == 0.1
-    assert policy.REFERENCE_EPOCHS == 52
-    assert policy.EARLY_SHARPNESS == 1.3
-    assert policy.SHARPNESS_FADE == (8, 16)
+    assert cost_aware.ABSOLUTE_SCHEDULE == ((2, 0.70), (5, 0.40), (10, 0.20), (20, 0.04))
+    assert cost_aware.RELATIVE_SCHEDULE == tuple((e / 52, s) for e, s in cost_aware.ABSOLUTE_SCHEDULE)
+    assert cost_aware.IMPROVEMENT_BONUS == 4.0
+    assert cost_aware.SLOPE_EPOCHS == 3
+    assert cost_aware.MIN_PEERS == 4
+    assert cost_aware.MIN_FINISHED == 2
+    assert cost_aware.GUARD_OPTIMISM == 1.5
+    assert cost_aware.GUARD_FROM == 2
+    assert cost_aware.COST_FULL_FROM == 10
+    assert cost_aware.COST_FACTOR_RANGE == (1 / 3, 3.0)
+    assert cost_aware.FINISH_SHARE == 0.1
+    assert cost_aware.REFERENCE_EPOCHS == 52
+    assert cost_aware.EARLY_SHARPNESS == 1.3
+    assert cost_aware.SHARPNESS_FADE == (8, 16)
 
 
 
@@ -82,17 +82,17 @@ def test_early_sharpness_fades_to_one(epoch, power):
 def test_early_cut_is_sharper_and_the_mid_run_cut_unchanged():
     # Early on, fewer trials are kept than the bare schedule says; from epoch 16 on (where
     # the eventual best is often a close second) exactly the schedule's share.
-    assert keep_fraction(3, 52) < policy._interpolate(policy.ABSOLUTE_SCHEDULE, 3)
+    assert keep_fraction(3, 52) < cost_aware._interpolate(cost_aware.ABSOLUTE_SCHEDULE, 3)
     assert keep_fraction(5, 52) == pytest.approx(0.40 ** 1.3)
     for epoch in range(16, 47):
         assert keep_fraction(epoch, 52) == pytest.approx(
-            policy._interpolate(policy.ABSOLUTE_SCHEDULE, epoch)), epoch
+            cost_aware._interpolate(cost_aware.ABSOLUTE_SCHEDULE, epoch)), epoch
 
 
 def test_early_sharpness_follows_progress_on_long_runs():
     # Epoch 20 of 200 is, by progress, epoch 5.2 of 52: sharpened like it.
     assert keep_fraction(20, 200) == pytest.approx(
-        policy._interpolate(policy.RELATIVE_SCHEDULE, 0.1) ** 1.3)
+        cost_aware._interpolate(cost_aware.RELATIVE_SCHEDULE, 0.1) ** 1.3)
     # Epoch 80 of 200 is 20.8 of 52: the schedule's last share, unsharpened.
     assert keep_fraction(80, 200) == pytest.approx(0.04)
 
@@ -174,13 +174,13 @@ def test_no_decision_below_min_epochs():
 
 def test_no_decision_with_fewer_than_min_peers():
     # Flat trials at epoch 5, the candidate last: with MIN_PEERS of them it is cut.
-    few = board(field_of(TEN[:policy.MIN_PEERS - 1], 5))
-    last = policy.MIN_PEERS - 2
+    few = board(field_of(TEN[:cost_aware.MIN_PEERS - 1], 5))
+    last = cost_aware.MIN_PEERS - 2
     assert CostAwarePolicy("max", 52).decide(few, last, 5).decision is Decision.CONTINUE
-    enough = board(field_of(TEN[:policy.MIN_PEERS], 5))
-    verdict = CostAwarePolicy("max", 52).decide(enough, policy.MIN_PEERS - 1, 5)
+    enough = board(field_of(TEN[:cost_aware.MIN_PEERS], 5))
+    verdict = CostAwarePolicy("max", 52).decide(enough, cost_aware.MIN_PEERS - 1, 5)
     assert verdict.decision is Decision.STOP
-    assert f"rank {policy.MIN_PEERS}/{policy.MIN_PEERS}" in verdict.reason
+    assert f"rank {cost_aware.MIN_PEERS}/{cost_aware.MIN_PEERS}" in verdict.reason
 
 
 def test_no_decision_for_a_trial_not_on_the_board_at_that_epoch():
@@ -190,7 +190,7 @@ def test_no_decision_for_a_trial_not_on_the_board_at_that_epoch():
 
 
 def test_trials_not_yet_at_the_epoch_do_not_count():
-    k = policy.MIN_PEERS - 1  # running at epoch 5: one too few to judge
+    k = cost_aware.MIN_PEERS - 1  # running at epoch 5: one too few to judge
     curves = field_of(TEN[:k], 5)
     curves.update(field_of([0.95] * 6, 3, start=10))  # ahead in value, behind in epochs
     pol = CostAwarePolicy("max", 52)
@@ -265,9 +265,9 @@ TWENTY = [0.9 - 0.01 * i for i in range(20)]
     ],
 )
 def test_cost_adjusts_how_high_a_trial_must_rank(trial, cost_rate, expected):
-    b = board(field_of(TWENTY, policy.COST_FULL_FROM))
+    b = board(field_of(TWENTY, cost_aware.COST_FULL_FROM))
     peers = [1.0] * 19
-    verdict = CostAwarePolicy("max", 52).decide(b, trial, policy.COST_FULL_FROM,
+    verdict = CostAwarePolicy("max", 52).decide(b, trial, cost_aware.COST_FULL_FROM,
                                                 cost_rate=cost_rate, peer_cost_rates=peers)
     assert verdict.decision is expected
     if expected is Decision.STOP and cost_rate == 4.0:
@@ -291,7 +291,7 @@ def test_cost_has_no_effect_at_epoch_2():
     assert "x1.00: its epochs cost 9.00x the median" in verdict.reason
 
 
-@pytest.mark.parametrize("epoch", [policy.COST_FULL_FROM, policy.COST_FULL_FROM + 1, 20, 40])
+@pytest.mark.parametrize("epoch", [cost_aware.COST_FULL_FROM, cost_aware.COST_FULL_FROM + 1, 20, 40])
 def test_cost_has_full_effect_from_cost_full_from(epoch):
     b = board(field_of(TWENTY, epoch))
     pol = CostAwarePolicy("max", 52)
@@ -302,10 +302,10 @@ def test_cost_has_full_effect_from_cost_full_from(epoch):
 
 
 def test_cost_effect_grows_between_epoch_2_and_cost_full_from():
-    b = board(field_of(TWENTY, policy.COST_FULL_FROM))
+    b = board(field_of(TWENTY, cost_aware.COST_FULL_FROM))
     pol = CostAwarePolicy("max", 52)
     factors = []
-    for epoch in range(3, policy.COST_FULL_FROM):
+    for epoch in range(3, cost_aware.COST_FULL_FROM):
         verdict = pol.decide(b, 19, epoch, cost_rate=4.0, peer_cost_rates=[1.0] * 19)
         assert verdict.decision is Decision.STOP
         factors.append(float(verdict.reason.split(" x")[1].split(":")[0]))
@@ -359,8 +359,8 @@ def test_improving_trial_outranks_a_slightly_higher_flat_one():
     curves[4] = flat(0.82, 5)
     curves.update(field_of([0.5] * 5, 5, start=5))
     b = board(curves)
-    assert policy.SLOPE_EPOCHS == 3  # the curve above is built for this window
-    assert b.ranked_score(3, 5) == pytest.approx(0.80 + policy.IMPROVEMENT_BONUS * 0.01)
+    assert cost_aware.SLOPE_EPOCHS == 3  # the curve above is built for this window
+    assert b.ranked_score(3, 5) == pytest.approx(0.80 + cost_aware.IMPROVEMENT_BONUS * 0.01)
     assert b.ranked_score(3, 5) > 0.82
     assert b.ranked_score(4, 5) == pytest.approx(0.82)
     pol = CostAwarePolicy("max", 52)
@@ -377,7 +377,7 @@ def test_slope_is_the_mean_gain_over_the_last_slope_epochs():
     assert b.slope(0, 3) == pytest.approx((0.4 - 0.1) / 2)  # two back
     assert b.slope(0, 4) == pytest.approx((0.6 - 0.1) / 3)
     # Never further back than SLOPE_EPOCHS (3): epoch 6 looks back to epoch 3.
-    n = policy.SLOPE_EPOCHS
+    n = cost_aware.SLOPE_EPOCHS
     assert b.slope(0, 6) == pytest.approx((curve[5] - curve[5 - n]) / n)
     assert b.slope(0, 6) == pytest.approx((0.75 - 0.4) / 3)
 
@@ -425,7 +425,7 @@ def test_min_mode_stops_the_highest_loss_and_predicts_in_metric_units():
 
 def test_min_mode_improvement_is_a_falling_loss():
     b = board({0: [1.0, 0.8]}, mode="min")
-    assert b.ranked_score(0, 2) == pytest.approx(-0.8 + policy.IMPROVEMENT_BONUS * 0.2)
+    assert b.ranked_score(0, 2) == pytest.approx(-0.8 + cost_aware.IMPROVEMENT_BONUS * 0.2)
 
 
 def test_min_mode_prediction_adds_typical_remaining_gain():
@@ -470,14 +470,14 @@ def test_guard_stops_a_flat_trial_that_cannot_reach_the_incumbent():
 def test_guard_spares_a_trial_rising_fast_enough():
     # Slope 0.04/epoch x 7 epochs left x GUARD_OPTIMISM (1.5) = 0.42: 0.60 -> 1.02 >= 0.95.
     b = _guarded_board([0.52, 0.56, 0.60])
-    assert 0.60 + policy.GUARD_OPTIMISM * 0.04 * 7 >= 0.95
+    assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.04 * 7 >= 0.95
     assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
 
 
 def test_guard_stops_a_trial_rising_too_slowly():
     # Slope 0.03 x 7 x 1.5 = 0.315: at best 0.915 < 0.95.
     b = _guarded_board([0.54, 0.57, 0.60])
-    assert 0.60 + policy.GUARD_OPTIMISM * 0.03 * 7 < 0.95
+    assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.03 * 7 < 0.95
     verdict = CostAwarePolicy("max", 10).decide(b, 7, 3)
     assert verdict.decision is Decision.STOP and "cannot reach" in verdict.reason
 
@@ -551,7 +551,7 @@ def test_no_guard_before_any_trial_finished():
 def test_guard_needs_min_finished_curves():
     # One finished curve is too little evidence of how much trials gain late.
     b = _guarded_board([0.60, 0.60, 0.60])
-    assert len(b.finished) == policy.MIN_FINISHED
+    assert len(b.finished) == cost_aware.MIN_FINISHED
     b.finished.discard(2)
     assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
     b.finish(2)

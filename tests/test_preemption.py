@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from hpsearch.preemption import (Notice, NoticePoller, SimulatedPreemptions, is_notice,
+from hpsearch.recovery.preemption import (Notice, NoticePoller, SimulatedPreemptions, is_notice,
                                  node_lost, preemption_delay_s, preemption_reason,
                                  watch_sigterm)
 

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.pricing.resolve: the run's price of a trial-hour.
+"""Unit tests of hpsearch.money.pricing.resolve: the run's price of a trial-hour.
 
 Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here.
 """
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from hpsearch import config
-from hpsearch.catalog import COLUMNS, packaged
+from hpsearch.spec import config
+from hpsearch.money.catalog import COLUMNS, packaged
 from hpsearch.errors import ConfigError
-from hpsearch.pricing import Price, default_instance, resolve
+from hpsearch.money.pricing import Price, default_instance, resolve
 
 BASE: dict[str, Any] = {
     "name": "demo",
@@ -176,7 +176,7 @@ def test_unreadable_user_catalog(tmp_path):
 
 
 def test_node_cpus_defaults_to_this_machine(monkeypatch):
-    monkeypatch.setattr("hpsearch.pricing.os.cpu_count", lambda: 8)
+    monkeypatch.setattr("hpsearch.money.pricing.os.cpu_count", lambda: 8)
     price = resolve(make(resources={"cpu": 2}), catalog=CAT)
     assert price.share == pytest.approx(0.25)
 

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.progress: durations, the tally, throttled lines and the table."""
+"""Unit tests of hpsearch.report.progress: durations, the tally, throttled lines and the table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hpsearch.progress import Progress, Tally, format_duration, format_value, top_table
+from hpsearch.report.progress import Progress, Tally, format_duration, format_value, top_table
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.adapters.ray_local's process side: which processes belong to a
+"""Unit tests of hpsearch.adapters.ray.local's process side: which processes belong to a
 run, the reaper and the watchdog. No Ray: stand-in processes (``sleep``) play the run's
 processes. The real thing (a run's Ray, its sockets, a killed driver) is in
 tests/test_e2e_netsec.py.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.adapters.ray_local import (
+from hpsearch.adapters.ray.local import (
     MARK_ENV,
     RUN_ENV,
     is_loopback_address,
@@ -128,7 +128,7 @@ def test_reap_ends_the_run_and_spares_the_rest(tmp_path, procs):
 def _watchdog(mark: str, secrets_dir: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in RUN_ENV}
     return subprocess.Popen(
-        [sys.executable, "-c", "from hpsearch.adapters.ray_local import watch; watch()",
+        [sys.executable, "-c", "from hpsearch.adapters.ray.local import watch; watch()",
          mark, str(secrets_dir)],
         stdin=subprocess.PIPE, env=env)
 
@@ -169,7 +169,7 @@ def test_a_sigkilled_parent_sets_the_watchdog_off(tmp_path, procs):
     driver_code = (
         "import subprocess, sys, time\n"
         "w = subprocess.Popen([sys.executable, '-c', "
-        "'from hpsearch.adapters.ray_local import watch; watch()', "
+        "'from hpsearch.adapters.ray.local import watch; watch()', "
         f"'run-f', {str(secrets_dir)!r}], stdin=subprocess.PIPE)\n"
         "print(w.pid, flush=True)\n"
         "time.sleep(60)\n")
@@ -195,7 +195,7 @@ def test_a_sigkilled_parent_sets_the_watchdog_off(tmp_path, procs):
 def test_join_failures_are_one_line_with_the_token_hint(monkeypatch):
     from ray.exceptions import AuthenticationError
 
-    from hpsearch.adapters.ray_local import join_failure, start_failure
+    from hpsearch.adapters.ray.local import join_failure, start_failure
 
     refused = ConnectionError("Failed to connect to Ray cluster at h:6379\nTraceback ...")
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)

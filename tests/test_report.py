@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch import catalog as catalog_mod
-from hpsearch import keys, report, report_writers
+from hpsearch.money import catalog as catalog_mod
+from hpsearch import keys
+from hpsearch.report import report, writers
 from hpsearch.errors import ConfigError
-from hpsearch.ledger import Ledger
+from hpsearch.money.ledger import Ledger
 
 from .conftest import REPO
 
@@ -286,7 +287,7 @@ def test_decisions_do_not_depend_on_the_direction_or_the_scale(scale, mode):
     assert s["mode"] == mode
     assert (s["best_trial"], built.pareto_front) == (3, [0, 4, 3])
     assert [p["best_number"] for p in built.best_vs_cost] == [None, None, None, 0, 4, 3]
-    axis = report_writers.plot_axis(built)
+    axis = writers.plot_axis(built)
     pinned = [r["number"] for r in built.trials
               if axis.place(r["value"])[1] is not report.Pin.IN_PLACE]
     assert pinned == [1, 2]  # the diverged trials; trial 5 (0.88) is drawn in place
@@ -358,10 +359,10 @@ def test_the_pareto_front_is_labelled_by_the_objective():
     info["user_attrs"][keys.ATTR_CONFIG]["objective"]["metric"] = "val_loss"
     built = report.build(losses, info)
     assert built.summary["pareto_front_label"] == "val_loss vs cost"
-    labels = dict(report_writers.summary_lines(built))
+    labels = dict(writers.summary_lines(built))
     assert labels["Pareto front (val_loss vs cost)"] == "trial 0, trial 4, trial 3"
-    assert "`*`: on the Pareto front (val_loss vs cost)." in report_writers.markdown(built)
-    panels = report_writers.figures(built)
+    assert "`*`: on the Pareto front (val_loss vs cost)." in writers.markdown(built)
+    panels = writers.figures(built)
     assert panels[1].heading == "Pareto front: val_loss vs cost per trial"
     names = [t.name for t in panels[1].figure.data]
     assert "Pareto front (val_loss vs cost)" in names
@@ -375,7 +376,7 @@ def test_the_pareto_front_is_labelled_by_the_objective():
 def test_a_run_without_a_completed_trial_gets_notes_instead_of_empty_plots():
     failed = [record(i, "FAIL", None, [], when=i + 1, epochs=0, error="RuntimeError: oom",
                      **money(0.01, wasted=0.01)) for i in range(3)]
-    panels = report_writers.figures(report.build(failed, study_info()))
+    panels = writers.figures(report.build(failed, study_info()))
     assert [p.figure is None for p in panels] == [True, True, False]
     assert panels[0].notes == ["No completed trial: nothing to draw yet (3 trial(s) cost "
                                "0.0300 USD and none reported val_acc)."]
@@ -383,15 +384,15 @@ def test_a_run_without_a_completed_trial_gets_notes_instead_of_empty_plots():
     # Pruned trials alone are drawn, and the note says there is no front yet.
     pruned = [record(0, "PRUNED", 0.3, [0.3], when=1, **money(1.0)),
               record(1, "FAIL", 0.2, [0.2], when=2, **money(1.0))]
-    panels = report_writers.figures(report.build(pruned, study_info()))
+    panels = writers.figures(report.build(pruned, study_info()))
     assert all(p.figure is not None for p in panels)
     assert panels[1].notes == ["No completed trial: no Pareto front yet (it holds "
                                "COMPLETE trials only)."]
     assert all("Pareto" not in (t.name or "") for t in panels[1].figure.data)
     # No trial at all: three notes, no plot (and no plotly script in the page).
     empty = report.build([], study_info())
-    assert all(p.figure is None for p in report_writers.figures(empty))
-    page = report_writers.html_document(empty)
+    assert all(p.figure is None for p in writers.figures(empty))
+    page = writers.html_document(empty)
     assert "no completed trial" in page.lower() and "plotly.js v" not in page
 
 
@@ -410,16 +411,16 @@ def test_a_run_without_a_completed_trial_gets_notes_instead_of_empty_plots():
     (None, ""),
 ])
 def test_stop_reasons_keep_four_significant_digits(text, short):
-    assert report_writers.fmt_reason(text) == short
+    assert writers.fmt_reason(text) == short
 
 
 def test_stop_reasons_in_the_tables_are_shortened_and_kept_whole_in_the_data(tmp_path):
     reason = "asha: stopped at epoch 1/4 with val_acc=0.0833333333333333"
     built = report.build([record(0, "PRUNED", 0.0833333333333333, [0.0833333333333333],
                                  when=1, stop_reason=reason, **money(1.0))], study_info())
-    header, cells = report_writers.table_rows(built)
+    header, cells = writers.table_rows(built)
     assert cells[0][header.index("stop reason / error")].endswith("val_acc=0.08333")
-    report_writers.write(built, tmp_path, ["json", "csv", "md"])
+    writers.write(built, tmp_path, ["json", "csv", "md"])
     assert json.loads((tmp_path / "report.json").read_text())["trials"][0][
         "stop_reason"] == reason
     assert "val_acc=0.08333 |" in (tmp_path / "report.md").read_text()
@@ -447,7 +448,7 @@ def test_a_param_missing_from_some_trials_gives_empty_cells(tmp_path):
     assert all(set(r) == set(flat[0]) for r in flat)  # every row, every column
     assert flat[1]["params_momentum"] is None and flat[3]["params_optimizer"] is None
 
-    report_writers.write(built, tmp_path)
+    writers.write(built, tmp_path)
     with (tmp_path / "report.csv").open(newline="") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
@@ -464,7 +465,7 @@ def test_a_param_missing_from_some_trials_gives_empty_cells(tmp_path):
         {"optimizer": "sgd", "momentum": 0.9}, {"optimizer": "adam", "betas": [0.9, 0.999]},
         {"optimizer": "adam", "lr": None, "epochs_warmup": 3}, {}]
 
-    header, cells = report_writers.table_rows(built)
+    header, cells = writers.table_rows(built)
     params = [c[header.index("params")] for c in cells]
     assert params == ["optimizer=sgd, momentum=0.9", "optimizer=adam, betas=[0.9, 0.999]",
                       "optimizer=adam, lr=nan, epochs_warmup=3", ""]
@@ -494,7 +495,7 @@ def test_load_results_reads_a_conditional_study(tmp_path):
     assert frame.loc[0, "params_momentum"] == 0.5
     assert frame["params_momentum"].isna().tolist() == [False, True]
     out = tmp_path / "out"
-    from hpsearch.adapters.results import write_study_report
+    from hpsearch.adapters.optuna.results import write_study_report
 
     write_study_report(study, out, ["csv"])
     with (out / "report.csv").open(newline="") as f:
@@ -505,16 +506,16 @@ def test_load_results_reads_a_conditional_study(tmp_path):
 
 
 def test_parse_formats():
-    assert report_writers.parse_formats("html, CSV,json,md,csv") == ["html", "csv", "json", "md"]
+    assert writers.parse_formats("html, CSV,json,md,csv") == ["html", "csv", "json", "md"]
     with pytest.raises(ConfigError, match=r"--format: unknown format 'pdf'.*\(got 'html,pdf'\)"):
-        report_writers.parse_formats("html,pdf")
+        writers.parse_formats("html,pdf")
     with pytest.raises(ConfigError, match="--format"):
-        report_writers.parse_formats(" , ")
+        writers.parse_formats(" , ")
 
 
 def test_writers_on_a_hand_made_report(tmp_path):
     built = report.build(HAND, study_info(max_cost=27.0))
-    paths = report_writers.write(built, tmp_path / "out", version="9.9")
+    paths = writers.write(built, tmp_path / "out", version="9.9")
     assert [p.name for p in paths] == ["report.html", "report.csv", "report.json", "report.md"]
 
     doc = json.loads((tmp_path / "out/report.json").read_text(),
@@ -534,7 +535,7 @@ def test_writers_on_a_hand_made_report(tmp_path):
     page = (tmp_path / "out/report.html").read_text()
     assert_self_contained_figures(page)
 
-    only = report_writers.write(built, tmp_path / "csv-only", ["csv"])
+    only = writers.write(built, tmp_path / "csv-only", ["csv"])
     assert [p.name for p in only] == ["report.csv"]
     assert sorted(p.name for p in (tmp_path / "csv-only").iterdir()) == ["report.csv"]
 
@@ -589,7 +590,7 @@ def test_load_results_reads_a_run_in_progress(tmp_path):
 
 
 def test_the_study_is_chosen_by_name_run_dir_or_storage(tmp_path):
-    from hpsearch.adapters.results import load_report
+    from hpsearch.adapters.optuna.results import load_report
 
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     make_study(url, "alpha", running=False)
@@ -611,7 +612,7 @@ def test_the_study_is_chosen_by_name_run_dir_or_storage(tmp_path):
 
 
 def test_sources_without_a_study_are_errors_and_create_nothing(tmp_path):
-    from hpsearch.adapters.results import load_report
+    from hpsearch.adapters.optuna.results import load_report
 
     with pytest.raises(ConfigError, match=r"run dir: not found \(got '.*nope'\)"):
         load_report(tmp_path / "nope")
@@ -915,7 +916,7 @@ def test_cli_dashboard_serves_the_run(real_run, in_tmp):
 
 
 def test_a_trial_moved_from_spot_to_on_demand_is_repriced_only_for_its_spot_part():
-    from hpsearch.report import savings_vs_on_demand
+    from hpsearch.report.report import savings_vs_on_demand
 
     row = {"cost": 40.0, "spot_cost": 10.0, "instance": "aws:x", "spot": False}
     saved = savings_vs_on_demand([row], {"aws:x": 3.0})

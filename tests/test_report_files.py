@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch import report, report_writers
-from hpsearch.report_writers import ReportWriteError
+from hpsearch.report import report, writers
+from hpsearch.report.writers import ReportWriteError
 
 from .test_report import HAND, cli, make_study, study_info
 
@@ -43,9 +43,9 @@ def tiny_disk(tmp_path):
 
 def test_atomic_write_replaces_a_file_whole(tmp_path):
     path = tmp_path / "report.md"
-    report_writers.atomic_write(path, ["old ", "text\n"])
+    writers.atomic_write(path, ["old ", "text\n"])
     assert path.read_text() == "old text\n"
-    report_writers.atomic_write(path, ["new\n"])
+    writers.atomic_write(path, ["new\n"])
     assert path.read_text() == "new\n"
     assert sorted(os.listdir(tmp_path)) == ["report.md"]
     # A new file gets the permissions any new file gets (not the 0600 of a temp file).
@@ -68,7 +68,7 @@ def test_a_writer_that_fails_midway_leaves_the_previous_file(tmp_path, failure):
 
     if isinstance(failure, OSError):
         with pytest.raises(ReportWriteError) as caught:
-            report_writers.atomic_write(path, chunks())
+            writers.atomic_write(path, chunks())
         message = str(caught.value)
         assert "\n" not in message and str(path) in message
         if failure.errno == errno.ENOSPC:
@@ -77,14 +77,14 @@ def test_a_writer_that_fails_midway_leaves_the_previous_file(tmp_path, failure):
             assert message.startswith(f"cannot write {path}: Permission denied")
     else:
         with pytest.raises(RuntimeError, match="plotly broke"):
-            report_writers.atomic_write(path, chunks())
+            writers.atomic_write(path, chunks())
     assert snapshot(tmp_path) == {"report.html": b"<html>the previous report</html>\n"}
 
 
 def test_write_replaces_no_file_unless_every_format_was_written(tmp_path, monkeypatch):
     built = report.build(HAND, study_info())
     out = tmp_path / "out"
-    report_writers.write(built, out, ["csv", "json", "md"])
+    writers.write(built, out, ["csv", "json", "md"])
     before = snapshot(out)
 
     def broken(report_obj, version):
@@ -92,19 +92,19 @@ def test_write_replaces_no_file_unless_every_format_was_written(tmp_path, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     # The HTML renderer fails after the CSV was staged: neither file is replaced.
-    monkeypatch.setitem(report_writers.RENDERERS, "html", broken)
+    monkeypatch.setitem(writers.RENDERERS, "html", broken)
     with pytest.raises(ReportWriteError, match=f"^disk full at {out / 'report.html'}"):
-        report_writers.write(built, out, ["csv", "html", "json"])
+        writers.write(built, out, ["csv", "html", "json"])
     assert snapshot(out) == before
 
 
 def test_a_full_disk_leaves_the_previous_report_and_says_so(tiny_disk):
     built = report.build(HAND, study_info())
-    report_writers.write(built, tiny_disk, ["csv", "json", "md"])  # small: they fit
+    writers.write(built, tiny_disk, ["csv", "json", "md"])  # small: they fit
     before = snapshot(tiny_disk)
     # The HTML (plotly inlined, megabytes) cannot fit in 64 KiB.
     with pytest.raises(ReportWriteError) as caught:
-        report_writers.write(built, tiny_disk)
+        writers.write(built, tiny_disk)
     assert str(caught.value) == (f"disk full at {tiny_disk / 'report.html'}; the report "
                                  f"files already there are unchanged")
     assert snapshot(tiny_disk) == before  # no report.html, no temporary file
@@ -112,7 +112,7 @@ def test_a_full_disk_leaves_the_previous_report_and_says_so(tiny_disk):
     for name in before:
         (tiny_disk / name).unlink()
     with pytest.raises(ReportWriteError, match="disk full at"):
-        report_writers.write_html(built, tiny_disk / "report.html")
+        writers.write_html(built, tiny_disk / "report.html")
     assert os.listdir(tiny_disk) == []
 
 
@@ -145,7 +145,7 @@ def test_cli_report_into_a_folder_it_cannot_create(tmp_path):
 
 def test_write_study_report_is_atomic_too(tmp_path, tiny_disk):
     study = make_study(f"sqlite:///{tmp_path / 'x.db'}", "x", running=False)
-    from hpsearch.adapters.results import write_study_report
+    from hpsearch.adapters.optuna.results import write_study_report
 
     with pytest.raises(ReportWriteError, match="^disk full at "):
         write_study_report(study, tiny_disk, ["html"])

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch import keys, report, report_writers
+from hpsearch import keys
+from hpsearch.report import report, writers
 
 from .test_report import money, record, study_info
 
@@ -121,7 +122,7 @@ def render(name: str, out: Path) -> tuple[Path, str, dict]:
     plotly drew, and the probe's measurements."""
     records, info = RUNS[name]()
     page = out / name / "report.html"
-    report_writers.write(report.build(records, info), page.parent, ["html"])
+    writers.write(report.build(records, info), page.parent, ["html"])
     probed = page.with_name("probed.html")
     probed.write_text(page.read_text().replace("</body></html>", PROBE + "</body></html>"))
     shot = out / f"{name}.png"

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.runtime: epoch-time estimates and a run's remaining time.
+"""Unit tests of hpsearch.money.runtime: epoch-time estimates and a run's remaining time.
 
 Pure: no Ray, torch, Lightning or Optuna is needed (nor imported) here.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.runtime import WINDOW, RunTiming, TrialTiming, epoch_estimate
+from hpsearch.money.runtime import WINDOW, RunTiming, TrialTiming, epoch_estimate
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,9 @@ import pytest
 
 from benchmarks import peers
 from hpsearch.core.lifecycle import TrialState
-from hpsearch.decisions import CONTINUE, Decision, Verdict
-from hpsearch.ledger import PREEMPTED, DONE
-from hpsearch.policy import NoPruning
+from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
+from hpsearch.money.ledger import PREEMPTED, DONE
+from hpsearch.pruning.none import NoPruning
 from hpsearch.simulate import Curve, Preemptions, Segment, SimResult, simulate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Property tests of hpsearch.space: Optuna and Ray sample inside the inclusive bounds.
+"""Property tests of hpsearch.spec.space: Optuna and Ray sample inside the inclusive bounds.
 
 Specs are generated as plain dicts and built through ``parse_space`` so that validation
 is exercised too. Stepped specs are generated as ``high = low + k * step`` in decimal
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpsearch.errors import ConfigError
-from hpsearch.space import (
+from hpsearch.spec.space import (
     CategoricalParam,
     ConstParam,
     FloatParam,

@@ -10,9 +10,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpsearch import config as config_mod
+from hpsearch.spec import config as config_mod
 from hpsearch import keys
-from hpsearch.adapters.study import (
+from hpsearch.adapters.optuna.study import (
     StudyRecorder,
     check_compatible,
     existing_study_config,

@@ -1,4 +1,4 @@
-"""Unit tests of hpsearch.trainable: import paths, __main__, function objects (no torch)."""
+"""Unit tests of hpsearch.spec.trainable: import paths, __main__, function objects (no torch)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpsearch.errors import ConfigError
-from hpsearch.trainable import check_function, display_name, resolve
+from hpsearch.spec.trainable import check_function, display_name, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 

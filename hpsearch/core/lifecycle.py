@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from hpsearch.decisions import StopRecord
+from hpsearch.pruning.decisions import StopRecord
 from hpsearch.errors import HpsearchError
 
 

@@ -1,6 +1,6 @@
 """Placing trials on spot or on-demand nodes, and pricing each at its node (pure).
 
-When the cluster's nodes declare their kind (see :mod:`hpsearch.nodekinds` for the
+When the cluster's nodes declare their kind (see :mod:`hpsearch.money.nodekinds` for the
 ``ray start --resources`` flags), each trial asks for its kind's resource, so it lands on
 a spot node when ``pricing.spot`` says spot and on an on-demand node otherwise. If no
 spot node is alive (all taken back), a trial waits ``preemption.spot_wait_s`` for one
@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from hpsearch import nodekinds, pricing
-from hpsearch.config import Config
-from hpsearch.pricing import Price
+from hpsearch.money import nodekinds, pricing
+from hpsearch.spec.config import Config
+from hpsearch.money.pricing import Price
 
 
 class Placement:
@@ -30,11 +30,14 @@ class Placement:
         price: The run's price (after ``pricing.spot: auto`` was settled).
         list_nodes: ``ray.nodes`` (injected for tests).
         clock: Monotonic seconds.
+        gpu: What NVML found on the driver's machine, for ``pricing.instance: auto``
+            (a node that declares a kind but no instance is priced like the run).
     """
 
     def __init__(self, config: Config, price: Price, list_nodes: Callable[[], list],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, gpu: Any = None):
         self.config = config
+        self.gpu = gpu
         self.price = price
         self.list_nodes = list_nodes
         self.clock = clock
@@ -136,6 +139,6 @@ class Placement:
         if self.config.pricing.price_per_hour is not None:
             return self.price
         spot = self.price.spot if node.spot is None else node.spot
-        price = pricing.resolve(self.config, instance=node.instance, spot=spot)
+        price = pricing.resolve(self.config, instance=node.instance, spot=spot, gpu=self.gpu)
         self._prices[node_id] = price
         return price

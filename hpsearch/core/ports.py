@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
-from hpsearch.decisions import Verdict
+from hpsearch.pruning.decisions import Verdict
 
 
 @dataclass(frozen=True)

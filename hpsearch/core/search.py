@@ -9,7 +9,7 @@ actions:
   one and a node of the right kind is alive (:class:`Start`);
 * :meth:`SearchCore.started` -- a process took the trial: billing starts;
 * :meth:`SearchCore.reported` -- an epoch ended: the study records it, the ledger bills
-  it, the budget and then the pruning policy decide (:class:`~hpsearch.decisions.Decision`);
+  it, the budget and then the pruning policy decide (:class:`~hpsearch.pruning.decisions.Decision`);
 * :meth:`SearchCore.ended`, :meth:`SearchCore.preempted`, :meth:`SearchCore.failed`,
   :meth:`SearchCore.moved` -- the process is gone: the trial finishes, waits to resume,
   or is retried, each within its own allowance (a preemption is not a failure);
@@ -17,7 +17,7 @@ actions:
 
 Every transition goes through :class:`~hpsearch.core.lifecycle.Lifecycle`; the study is
 told every fact (:class:`~hpsearch.core.ports.StudyPort`); money is the ledger's, through
-the :class:`~hpsearch.budget.Accountant`. A continued run rebuilds all of it from the
+the :class:`~hpsearch.money.budget.Accountant`. A continued run rebuilds all of it from the
 study (:meth:`SearchCore.restore`).
 """
 
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from hpsearch import keys
-from hpsearch.budget import Accountant, Admission
+from hpsearch.money.budget import Accountant, Admission
 from hpsearch.core.lifecycle import Event, Lifecycle, TrialRecord, TrialState
 from hpsearch.core.ports import EpochReport, Listener, Policy, Quiet, StudyPort, TrialHistory
-from hpsearch.decisions import Decision, StopRecord
+from hpsearch.pruning.decisions import Decision, StopRecord
 from hpsearch.errors import HpsearchError, RunAborted, RunFailed
-from hpsearch.failures import FailFast, Failure, Verdict
-from hpsearch.ledger import DONE, FAILED, PREEMPTED, STOPPED
+from hpsearch.core.failures import FailFast, Failure, Verdict
+from hpsearch.money.ledger import DONE, FAILED, PREEMPTED, STOPPED
 
 
 class StartKind(enum.Enum):

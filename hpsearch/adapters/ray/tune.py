@@ -1,0 +1,308 @@
+"""The Ray Tune backend: Ray's events in, the search core's decisions out.
+
+Three thin objects plug :class:`~hpsearch.core.search.SearchCore` into a Tuner, and they
+decide nothing themselves:
+
+* :class:`CoreSearcher` (Tune's ``Searcher``): a free slot asks the core what to start;
+* :class:`CoreScheduler` (Tune's ``FIFOScheduler``): every result goes to the core, whose
+  CONTINUE / STOP / PAUSE becomes Tune's string; it also runs the node watchdog;
+* :class:`CoreCallback` (Tune's ``Callback``): starts, ends and errors go to the core,
+  each classified once (:func:`classify_end`), and the progress line ticks.
+
+A pause is the core's, not Tune's: the attempt stops and the core later hands the same
+trial out again, a new Ray trial that resumes from the trial's newest checkpoint, exactly
+as a preempted trial does. Tune's own PAUSE is never used, so what runs next is always
+the core's choice, and the simulator does the same.
+
+Ray Tune trials are *attempts*: each start of a study trial (first, after a preemption,
+a failure, a pause, a driver restart) is a new Ray trial; :class:`Attempts` maps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable
+
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
+
+from hpsearch import keys
+from hpsearch.core.ports import EpochReport
+from hpsearch.core.search import SearchCore, StartKind
+from hpsearch.pruning.decisions import Decision
+from hpsearch.errors import EXIT_CONFIG, HpsearchError
+from hpsearch.recovery.faults import disk_full_cause
+from hpsearch.recovery.preemption import preemption_reason
+
+log = logging.getLogger(__name__)
+
+#: The one place Decision meets Ray's strings (a pause stops the attempt: see above).
+TO_RAY = {
+    Decision.CONTINUE: TrialScheduler.CONTINUE,
+    Decision.STOP: TrialScheduler.STOP,
+    Decision.PAUSE: TrialScheduler.STOP,
+}
+
+
+class _Inert:
+    """Tune pickles its experiment now and then (searcher, callbacks, stopper);
+    hpsearch never restores from it (a continued run rebuilds from the study), so these
+    objects pickle as empty shells."""
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+class Attempts(_Inert):
+    """Ray trial id <-> study trial number, for the attempts alive now."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def bind(self, trial_id: str, number: int) -> None:
+        self._numbers[trial_id] = number
+
+    def number(self, trial_id: str) -> int | None:
+        return self._numbers.get(trial_id)
+
+    def release(self, trial_id: str) -> int | None:
+        """Forget an attempt that is gone; return its trial number."""
+        return self._numbers.pop(trial_id, None)
+
+
+class CoreSearcher(_Inert, Searcher):
+    """Hands out what the core starts next, as a Tune trial config.
+
+    The config is the trial's params plus ``hps_trial_number``, ``hps_seed`` and, where
+    nodes declare kinds, ``hps_spot_node``.
+    """
+
+    def __init__(self, core: SearchCore, attempts: Attempts, metric: str, mode: str,
+                 study_attrs: Callable[[int, dict], None]):
+        super().__init__(metric=metric, mode=mode)
+        self.core, self.attempts, self.study_attrs = core, attempts, study_attrs
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        start = self.core.next_start()
+        if start.kind is StartKind.FINISHED:
+            return Searcher.FINISHED
+        if start.kind is StartKind.WAIT:
+            return None
+        self.attempts.bind(trial_id, start.number)
+        self.study_attrs(start.number, {keys.ATTR_RAY_TRIAL_ID: trial_id})
+        config = {**start.params, keys.TRIAL_NUMBER: start.number, keys.TRIAL_SEED: start.seed}
+        if start.spot is not None:
+            config[keys.SPOT_NODE] = start.spot
+        return config
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        pass  # the callback tells the core, with the error's text
+
+
+def epoch_report(number: int, result: dict[str, Any], metric: str) -> EpochReport | None:
+    """The core's view of one Tune result, or None if it carries no epoch."""
+    if keys.EPOCH not in result or metric not in result:
+        return None
+    return EpochReport(
+        number=number, epoch=int(result[keys.EPOCH]), value=float(result[metric]),
+        epoch_s=float(result.get(keys.EPOCH_TIME_S, 0.0)),
+        trial_time_s=(float(result[keys.TRIAL_TIME_S]) if keys.TRIAL_TIME_S in result
+                      else None),
+        start_epoch=int(result.get(keys.START_EPOCH, 0)),
+        checkpoint_epoch=(int(result[keys.CHECKPOINT_EPOCH])
+                          if keys.CHECKPOINT_EPOCH in result else None),
+        node=result.get(keys.NODE_ID),
+        history=tuple((int(e), float(v)) for e, v in result.get(keys.HISTORY) or ()),
+        result=result)
+
+
+class CoreScheduler(_Inert, FIFOScheduler):
+    """Sends every result to the core and runs the node watchdog."""
+
+    def __init__(self, core: SearchCore, attempts: Attempts, metric: str, placement=None):
+        super().__init__()
+        self.core, self.attempts, self.metric_name = core, attempts, metric
+        self.placement = placement
+
+    def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
+        number = self.attempts.number(trial.trial_id)
+        report = None if number is None else epoch_report(number, result, self.metric_name)
+        if report is None:
+            return TrialScheduler.CONTINUE
+        return TO_RAY[self.core.reported(report)]
+
+    def choose_trial_to_run(self, tune_controller):
+        if self.placement is not None and self.placement.active:
+            # A trial waiting for a node kind that is gone is taken off the queue here.
+            for trial, requeue, reason in self.placement.watch_pending(
+                    tune_controller.get_trials()):
+                number = self.attempts.release(trial.trial_id)
+                if number is not None:
+                    self.core.moved(number, reason, requeue)
+                trial.init_local_path()  # Tune's result grid wants every trial's folder
+                tune_controller.stop_trial(trial)
+        return super().choose_trial_to_run(tune_controller)
+
+    def debug_string(self) -> str:
+        return f"hpsearch {self.core.policy.name}"
+
+
+def _load_error(trial: Any) -> tuple[BaseException | None, str]:
+    """The trial's pickled error and text trace, read where the controller wrote them.
+
+    The controller writes both next to the trial's *local* results before it calls
+    the callbacks; ``Trial.get_pickled_error`` reads the synced copy, not there yet.
+    """
+    import cloudpickle
+
+    error, text = None, ""
+    path = trial.pickled_error_file
+    if path and os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                error = cloudpickle.load(f)
+        except Exception:  # an exception that cannot be unpickled here
+            error = None
+    path = trial.error_file
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    return error, text
+
+
+def is_setup_error(error: BaseException | None) -> bool:
+    """Whether a trial's error means every trial would fail the same way because the
+    input is wrong: the trainable's contract broken
+    (:class:`~hpsearch.errors.TrialSetupError`) or a config error found inside the
+    trial (both exit code 2)."""
+    return isinstance(error, HpsearchError) and error.exit_code == EXIT_CONFIG
+
+
+def error_summary(trial: Any) -> tuple[str, bool, str]:
+    """Why a Ray trial failed: one line, whether it was a setup error, and the whole
+    error text (where a lost node shows)."""
+    error, text = _load_error(trial)
+    if error is not None:
+        cause = getattr(error, "cause", None) or error
+        setup = is_setup_error(cause)
+        lines = str(cause).strip().splitlines()
+        line = lines[-1] if lines else ""
+        line = line if setup else f"{type(cause).__name__}: {line.strip()}".rstrip(": ")
+        return line, setup, f"{type(cause).__name__}: {cause}\n{error}"
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return (lines[-1].strip() if lines else "unknown error"), False, text
+
+
+class CoreCallback(_Inert, Callback):
+    """Tells the core when attempts start and end; ticks the progress line.
+
+    How an attempt ended is decided by :func:`hpsearch.recovery.preemption.preemption_reason`
+    from the evidence gathered here: a preemption notice in its last result (it
+    checkpointed and left), a kill by the simulated-preemption injector, a preemption
+    note its process left in its checkpoint folder, or a lost node are preemptions; any
+    other error is a failure; the rest is a normal end.
+
+    Args:
+        core: The search core.
+        attempts: The attempt map shared with the searcher and scheduler.
+        preempted_note: ``(number, trial_id) -> note or None``: the note a trial's
+            process left when SIGTERM reached it (read from its checkpoint store).
+        injector: The simulated-preemption callback (its kills are preemptions), or None.
+        tick: Called with the number of running attempts after each controller step.
+        fallback: ``(number, rejected, start epoch)``: shown when a restarted trial set
+            checkpoints aside (corrupt, or not loadable as data) and resumed earlier.
+        heartbeat: Called after each controller step: the ledger's throttled ``alive``
+            event, so a driver killed without warning bills what ran until then.
+        checkpoint_dir: Trial number -> its checkpoint folder (named when a trial's
+            write failed for lack of space and the error names no file).
+    """
+
+    def __init__(self, core: SearchCore, attempts: Attempts,
+                 preempted_note: Callable[[int, str], dict | None] | None = None,
+                 injector: Any = None, tick: Callable[[int], None] | None = None,
+                 fallback: Callable[[int, Any, int], None] | None = None,
+                 heartbeat: Callable[[], Any] | None = None,
+                 checkpoint_dir: Callable[[int], str] | None = None):
+        self.core, self.attempts = core, attempts
+        self.preempted_note = preempted_note
+        self.injector = injector
+        self.tick = tick
+        self.fallback = fallback
+        self.heartbeat = heartbeat
+        self.checkpoint_dir = checkpoint_dir
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        rejected = result.get(keys.CHECKPOINTS_REJECTED)
+        number = self.attempts.number(trial.trial_id)
+        if rejected and number is not None and self.fallback is not None:
+            start = int(result.get(keys.START_EPOCH, 0) or 0)
+            for name, reason in rejected:
+                log.warning("trial %s: checkpoint %s is corrupt (%s); resumed from epoch %d",
+                            number, name, reason, start)
+            self.fallback(number, rejected, start)
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        number = self.attempts.number(trial.trial_id)
+        if number is not None:
+            self.core.started(number)
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        number = self.attempts.release(trial.trial_id)
+        if number is None:
+            return  # taken off the queue by the watchdog, already told
+        notice = (trial.last_result or {}).get(keys.PREEMPTED)
+        if notice:
+            # A notice: the trial checkpointed its last epoch and left; nothing is lost.
+            self.core.preempted(number, str(notice), saved=True)
+        else:
+            self.core.ended(number)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        number = self.attempts.release(trial.trial_id)
+        if number is None:
+            return
+        error, trace = _load_error(trial)
+        disk = disk_full_cause(error, trace)
+        if disk is not None:
+            # A full disk is not the trial's fault: no FAIL, no retry used; the session
+            # stops and the next one resumes the trial from its checkpoint.
+            where = disk.path or (self.checkpoint_dir(number) if self.checkpoint_dir
+                                  else "the run dir")
+            self.core.halted(number, where)
+            return
+        text, setup, full = error_summary(trial)
+        reason = None if setup else preemption_reason(
+            killed=self.injector.was_killed(trial.trial_id) if self.injector else None,
+            note=self.preempted_note(number, trial.trial_id) if self.preempted_note else None,
+            error_text=full)
+        if reason:
+            self.core.preempted(number, reason)
+        else:
+            self.core.failed(number, text, setup=setup)
+
+    def on_step_end(self, iteration, trials, **info) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat()
+        if self.tick is not None:
+            self.tick(sum(1 for t in trials if t.status == Trial.RUNNING))
+
+
+class AbortStopper(_Inert, Stopper):
+    """Stops the whole experiment once the core aborted the session."""
+
+    def __init__(self, core: SearchCore):
+        self.core = core
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        core = getattr(self, "core", None)
+        return core is not None and (core.abort is not None or core.halt_reason is not None)

@@ -1,0 +1,260 @@
+"""The price of one trial-hour in a run, resolved from the config and the catalogue.
+
+Pure module. A trial pays its share of the instance it runs on (its GPUs over the
+instance's GPUs, or its CPUs over the instance's vCPUs), at the spot or on-demand price,
+billed the way the offer says (per-second granularity, a minimum per interval).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hpsearch.money import catalog as catalog_mod
+from hpsearch.spec.config import Config
+from hpsearch.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Price:
+    """What one trial-hour costs and how time is billed.
+
+    Attributes:
+        per_hour: Price of one trial-hour (the trial's share of the instance).
+        currency: ISO code; every amount in a run is in this currency.
+        instance: ``provider:instance`` of the catalogue row, or ``custom``.
+        spot: Whether the spot price applies.
+        instance_per_hour: The whole instance's price per hour.
+        share: Fraction of the instance a trial pays for.
+        billing_granularity_s: Billed time is rounded up to a multiple of this.
+        min_billing_s: Least billed time of one interval.
+        note: How the row was chosen when ``pricing.instance`` is ``auto`` (the detected
+            GPU model), else empty.
+    """
+
+    per_hour: float
+    currency: str
+    instance: str
+    spot: bool
+    instance_per_hour: float
+    share: float
+    billing_granularity_s: int = 1
+    min_billing_s: int = 0
+    note: str = ""
+
+    @property
+    def per_second(self) -> float:
+        return self.per_hour / 3600.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_instance(config: Config) -> str:
+    """The row priced when ``pricing.instance`` is null: ``local-gpu`` when trials reserve
+    GPUs, else ``local-cpu``."""
+    return "local-gpu" if config.resources.gpu > 0 else "local-cpu"
+
+
+#: ``pricing.instance: auto``: price this machine from the GPU model NVML detects.
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class DetectedGpu:
+    """What NVML found on the driver's machine (for ``pricing.instance: auto``).
+
+    The composition root detects it (:func:`hpsearch.adapters.nvml.detected`) and passes
+    it in: pricing itself never talks to the hardware.
+
+    Attributes:
+        model: The NVML name of its GPUs (e.g. ``NVIDIA GeForce RTX 4090``), or None.
+        memory_mib: Memory of one such card, to tell models apart that differ by it.
+        message: Why no GPU was found (NVML's words), if none was.
+    """
+
+    model: str | None
+    memory_mib: float | None = None
+    message: str = ""
+
+
+#: No GPU on this machine.
+NO_GPU = DetectedGpu(None)
+
+
+def auto_instance(gpu_model: str | None, catalog: catalog_mod.Catalog,
+                  currency: str | None = None, memory_mib: float | None = None,
+                  detail: str = "") -> tuple[str, str]:
+    """The catalogue row ``pricing.instance: auto`` prices, from the detected GPU model.
+
+    Pure: the caller detects the model (:func:`hpsearch.adapters.nvml.detected`).
+
+    Args:
+        gpu_model: The NVML name of this machine's GPUs (e.g. ``NVIDIA GeForce RTX
+            4090``), or None when there is no GPU.
+        catalog: The catalogue.
+        currency: ``pricing.currency`` if set: only local rows in that currency count.
+        memory_mib: The card's memory, to tell apart models that differ only by memory.
+        detail: Why no GPU was found (NVML's message), added to the note.
+
+    Returns:
+        ``(provider:instance, note)``: the ``local`` row of that GPU model if the
+        catalogue has one (``local-gpu`` is an RTX 4090, ``local-gpu-cny`` a V100), else
+        ``local:local-gpu`` (or, with ``currency``, the first local GPU row in that
+        currency) with the detected model named in the note; ``local:local-cpu`` without
+        a GPU.
+
+    Raises:
+        ConfigError: With ``currency``, no local row of the kind needed is priced in it.
+    """
+    from hpsearch.money.gpu_models import match_catalog_gpu
+
+    def in_currency(offer: catalog_mod.Offer) -> bool:
+        return currency is None or offer.currency == currency
+
+    local = [o for o in catalog.offers.values() if o.provider == "local" and in_currency(o)]
+    if not gpu_model:
+        why = f"; {detail}" if detail else ""
+        cpu = catalog.offers.get("local:local-cpu")
+        if cpu is None or not in_currency(cpu):
+            cpu = next((o for o in local if not o.gpu_count), None)
+        if cpu is None:
+            raise ConfigError("pricing.instance",
+                              f"auto: no GPU detected and no local CPU row is priced in "
+                              f"{currency}; add one with pricing.catalog{why}", AUTO)
+        return cpu.key, f"pricing.instance auto: no GPU detected, so priced as {cpu.key}{why}"
+    offer = match_catalog_gpu(gpu_model, catalog_mod.Catalog(local), memory_mib=memory_mib)
+    if offer is not None:
+        return offer.key, (f"pricing.instance auto: detected {gpu_model}: {offer.key} "
+                           f"({offer.gpu_model} depreciation row)")
+    fallback = catalog.offers.get("local:local-gpu")
+    if fallback is None or not in_currency(fallback):
+        fallback = next((o for o in local if o.gpu_count), None)
+    if fallback is None:
+        raise ConfigError("pricing.instance",
+                          f"auto: detected {gpu_model}, but no local GPU row is priced in "
+                          f"{currency}; add one for it with pricing.catalog", AUTO)
+    return fallback.key, (
+        f"pricing.instance auto: detected {gpu_model}, which has no local row in the "
+        f"catalogue: priced as {fallback.key} ({fallback.gpu_model or 'GPU'} depreciation); "
+        f"add a local row for it with pricing.catalog")
+
+
+#: Assumed for ``pricing.spot: auto`` before anything is measured: seconds a restart
+#: costs, and seconds of work a preemption loses (half of a one-epoch interval).
+AUTO_RESTART_S = 60.0
+AUTO_LOST_S = 60.0
+
+
+def preemption_rate(config: Config, offer: catalog_mod.Offer | None) -> float:
+    """Expected preemptions per hour of a spot trial: the config's, else the simulated
+    rate, else the catalogue's interruption band, else a conservative default."""
+    from hpsearch.money import nodekinds
+
+    rate = config.preemption.rate_per_hour
+    if rate is None and config.preemption.simulate.rate_per_hour > 0:
+        rate = config.preemption.simulate.rate_per_hour
+    if rate is None and offer is not None:
+        rate = nodekinds.band_rate_per_hour(offer.interruption_band)
+    return nodekinds.DEFAULT_SPOT_RATE_PER_HOUR if rate is None else rate
+
+
+def resolve(config: Config, node_cpus: float | None = None,
+            catalog: catalog_mod.Catalog | None = None, instance: str | None = None,
+            spot: bool | None = None, gpu: DetectedGpu | None = None) -> Price:
+    """The run's :class:`Price` (or a node's, with ``instance`` and ``spot``).
+
+    Args:
+        config: The validated config.
+        node_cpus: CPUs of the node a CPU-only trial shares (for catalogue rows without
+            ``vcpus``, i.e. local machines); None = this machine's CPU count.
+        catalog: The catalogue to use; default the packaged one plus
+            ``pricing.catalog``.
+        instance: Price this catalogue row instead of ``pricing.instance`` (a node that
+            declares its instance).
+        spot: Price at spot (True) or on-demand (False) instead of ``pricing.spot``;
+            ``pricing.spot: auto`` is settled by :func:`hpsearch.money.nodekinds.choose_spot`.
+        gpu: For ``pricing.instance: auto``: what NVML found on this machine (required
+            then; :data:`NO_GPU` for none).
+
+    Raises:
+        ConfigError: unknown instance (with suggestions), a missing spot/on-demand
+            price, or a currency that differs from the row's.
+        ValueError: ``pricing.instance`` is ``auto`` and ``gpu`` was not given.
+    """
+    from hpsearch.money import nodekinds
+
+    pricing = config.pricing
+    if pricing.price_per_hour is not None:
+        return Price(pricing.price_per_hour, pricing.currency, "custom", False,
+                     pricing.price_per_hour, 1.0)
+    if catalog is None:
+        catalog = catalog_mod.load(pricing.catalog)
+    name, note = _instance(config, catalog, instance, gpu)
+    offer = catalog.lookup(name)
+    if pricing.currency is not None and pricing.currency != offer.currency:
+        raise ConfigError(
+            "pricing.currency",
+            f"{offer.key} is priced in {offer.currency}; one run cannot mix currencies",
+            pricing.currency,
+        )
+    if spot is None:
+        spot = pricing.spot
+        if spot == "auto":
+            spot, _ = nodekinds.choose_spot(
+                offer.spot_per_hour, offer.on_demand_per_hour,
+                preemption_rate(config, offer), AUTO_LOST_S, AUTO_RESTART_S)
+    instance_price = offer.price_per_hour(spot)
+    if node_cpus is None:
+        node_cpus = float(os.cpu_count() or 1)
+    share = offer.share(config.resources.cpu, config.resources.gpu, node_cpus)
+    return Price(
+        per_hour=instance_price * share,
+        currency=offer.currency,
+        instance=offer.key,
+        spot=bool(spot),
+        instance_per_hour=instance_price,
+        share=share,
+        billing_granularity_s=offer.billing_granularity_s,
+        min_billing_s=offer.min_billing_s,
+        note=note,
+    )
+
+
+def _instance(config: Config, catalog: catalog_mod.Catalog, instance: str | None,
+              gpu: DetectedGpu | None) -> tuple[str, str]:
+    """The catalogue name to price, and a note when ``auto`` chose it."""
+    if instance:
+        return instance, ""
+    name = config.pricing.instance or default_instance(config)
+    if name != AUTO:
+        return name, ""
+    if gpu is None:
+        raise ValueError("pricing.instance auto: pass what NVML detected (gpu=...)")
+    if not gpu.model and config.resources.gpu > 0:
+        # Pricing local-cpu would fail on "has no GPU"; local-gpu would be a guess.
+        why = f" ({gpu.message})" if gpu.message else ""
+        raise ConfigError(
+            "pricing.instance",
+            f"auto prices this machine's GPU, but none was detected while trials reserve "
+            f"resources.gpu={config.resources.gpu:g}; run where the GPUs are, or name the "
+            f"catalogue row (e.g. local-gpu){why}", AUTO)
+    return auto_instance(gpu.model, catalog, config.pricing.currency, gpu.memory_mib,
+                         gpu.message)
+
+
+def auto_reason(config: Config, catalog: catalog_mod.Catalog | None = None,
+                gpu: DetectedGpu | None = None) -> str | None:
+    """Why ``pricing.spot: auto`` chose what it chose, or None if it is not auto
+    (``gpu``: as for :func:`resolve`)."""
+    from hpsearch.money import nodekinds
+
+    pricing = config.pricing
+    if pricing.spot != "auto" or pricing.price_per_hour is not None:
+        return None
+    catalog = catalog or catalog_mod.load(pricing.catalog)
+    offer = catalog.lookup(_instance(config, catalog, None, gpu)[0])
+    return nodekinds.choose_spot(offer.spot_per_hour, offer.on_demand_per_hour,
+                                 preemption_rate(config, offer), AUTO_LOST_S,
+                                 AUTO_RESTART_S)[1]

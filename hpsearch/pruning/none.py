@@ -1,0 +1,34 @@
+"""No pruning: every trial trains to its last epoch (``pruning.policy: none``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpsearch.pruning.decisions import CONTINUE, Verdict
+
+if TYPE_CHECKING:
+    from typing import Sequence
+
+    from hpsearch.core.lifecycle import TrialState
+    from hpsearch.core.ports import TrialHistory
+
+
+class NoPruning:
+    """Every trial trains to its last epoch (``pruning.policy: none``)."""
+
+    name = "none"
+
+    def restore(self, histories: "Sequence[TrialHistory]") -> None:
+        pass
+
+    def on_start(self, trial: int) -> None:
+        pass
+
+    def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
+        return CONTINUE
+
+    def on_end(self, trial: int, epoch: int, state: "TrialState") -> None:
+        pass
+
+    def pick_resume(self, waiting: "Sequence[int]") -> int | None:
+        return None
