@@ -132,7 +132,7 @@ class ReplayBackend:
         pass
 
     def trainable(self, spec):
-        name, curves, metric = self.name, self.curves, spec.metric
+        name, curves, metric = self.name, self.curves, spec.config.objective.metric
 
         def trainable(config: dict[str, Any], spec: Any = None) -> None:
             replay(config, name, curves, metric)

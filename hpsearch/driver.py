@@ -644,25 +644,11 @@ def trial_spec(config: config_mod.Config, run_path: Path, price,
     if rate is None:
         rate = preemption.simulate.rate_per_hour
     return runner.TrialSpec(
-        trainable=config.trainable,
-        metric=config.objective.metric,
-        max_epochs=config.max_epochs,
-        cpu=config.resources.cpu,
-        gpu=config.resources.gpu,
-        devices=config.resources.processes,
+        config=config,
         log_dir=str(run_path / "logs"),
-        price_per_hour=price.per_hour,
         checkpoint_dir=str(run_path / "checkpoints"),
-        mode=config.objective.mode,
-        keep_last=config.checkpoint.keep_last,
-        every_epochs=config.checkpoint.every_epochs,
+        price_per_hour=price.per_hour,
         mtbp_s=3600.0 / rate if rate else None,
-        notice_url=preemption.notice_url,
-        notice_poll_s=preemption.notice_poll_s,
-        grace_s=preemption.grace_s,
-        oom_ladder=config.oom.ladder,
-        oom_min_batch_size=config.oom.min_batch_size,
-        oom_batch_param=config.oom.batch_size_param,
         trainable_fn=function,
     )
 

@@ -100,7 +100,7 @@ def _pickle_globals(path: Path) -> set[str]:
 
 
 def _fit_and_save(package: str, tmp_path: Path, precision: str, optimizer: str) -> Path:
-    from hpsearch.adapters.trial import runner
+    from hpsearch.adapters.trial import callbacks
 
     if package == "lightning":
         from .lit_trainables import build
@@ -117,7 +117,8 @@ def _fit_and_save(package: str, tmp_path: Path, precision: str, optimizer: str) 
     trainer = api.Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1,
                           **amp, logger=False, enable_checkpointing=False,
                           enable_progress_bar=False, enable_model_summary=False,
-                          callbacks=[runner.rng_callback(api)], default_root_dir=tmp_path)
+                          callbacks=[callbacks.make(api, callbacks.RngState)],
+                          default_root_dir=tmp_path)
     trainer.fit(module, datamodule=data)
     path = tmp_path / f"{package}-{precision}-{optimizer}.ckpt"
     trainer.save_checkpoint(str(path), weights_only=False)
@@ -224,8 +225,13 @@ def test_the_batch_size_is_halved_where_the_shape_allows(shape):
     from hpsearch.recovery.oom import OomLadder
 
     def spec(param: str) -> TrialSpec:
-        return TrialSpec(trainable="tests.lit_trainables:shaped", metric="val_acc",
-                         max_epochs=1, oom_batch_param=param)
+        from hpsearch.spec import config as config_mod
+
+        return TrialSpec(config_mod.load({
+            "name": "shapes", "trainable": "tests.lit_trainables:shaped",
+            "objective": {"metric": "val_acc"}, "max_epochs": 2,
+            "space": {"shape": {"type": "categorical", "choices": [shape]}},
+            "oom": {"batch_size_param": param}}))
 
     ladder = OomLadder(min_batch_size=8, batch_param="batch")
     ladder.climb(128, False)

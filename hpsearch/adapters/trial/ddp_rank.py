@@ -1,7 +1,7 @@
 """A DDP rank other than 0 of a multi-process trial: ``python -m hpsearch.adapters.trial.ddp_rank
 JOB.pkl RANK``.
 
-Started by :class:`hpsearch.adapters.trial.runner._Ranks` with the torch.distributed
+Started by :class:`hpsearch.adapters.trial.ddp.Ranks` with the torch.distributed
 rendezvous in its environment. It builds the same trainable at the same params and
 seed, applies the same OOM rungs, resumes from the same checkpoint, and trains its share
 of each epoch. It reports nothing and writes no checkpoint: at each epoch's end it takes
@@ -17,7 +17,6 @@ import os
 import pickle
 import signal
 import sys
-import tempfile
 import traceback
 
 
@@ -35,26 +34,6 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def follower_callback(api):
-    """The Lightning callback (of the trainable's package ``api``) of a rank > 0: the
-    other side of rank 0's TuneReport."""
-
-    class Follower(api.Callback):
-        def __init__(self) -> None:
-            self.scratch = tempfile.mkdtemp(prefix="hps-rank-")
-
-        def on_train_epoch_end(self, trainer, pl_module) -> None:
-            save, stop = trainer.strategy.broadcast((False, False), src=0)
-            if save:
-                # Only rank 0 writes; every rank must enter the save's barrier.
-                trainer.save_checkpoint(os.path.join(self.scratch, "unused.ckpt"),
-                                        weights_only=False)
-            if stop:
-                trainer.should_stop = True
-
-    return Follower()
-
-
 def main(argv: list[str]) -> int:
     _die_with_parent()
     job_path, rank = argv[0], int(argv[1])
@@ -63,13 +42,14 @@ def main(argv: list[str]) -> int:
     import torch
 
     from hpsearch.adapters.trial import runner
+    from hpsearch.adapters.trial.callbacks import Follower, RngState, make
 
     spec = job["spec"]
     torch.set_num_threads(runner.rank_threads(spec))
     try:
         built, _, _ = runner.prepare(spec, job["params"], job["trial_number"],
                                      job["seed"], job["ladder"])
-        callbacks = [runner.rng_callback(built.api), follower_callback(built.api)]
+        callbacks = [make(built.api, RngState), make(built.api, Follower)]
         trainer = runner.make_trainer(spec, callbacks, job["ladder"], built.api)
         if job["ckpt_path"] is None:
             trainer.fit(built.module, **built.fit_kwargs())
