@@ -535,6 +535,7 @@ def run(
     run_path.mkdir(parents=True, exist_ok=True)
     lock = faults.RunLock(run_path)
     started = False
+    signals = _Signals()
     try:
         lock.acquire()
         ledger = Ledger(run_path / LEDGER_FILE, currency=currency)  # reads only
@@ -546,7 +547,7 @@ def run(
             concurrency = _concurrency(config, ray.cluster_resources())
             started = True
             try:
-                with _Signals() as signals:
+                with signals:
                     handler = _attach_log(run_path)
                     try:
                         session = _Session(config, run_path, url, price, ledger, out,
@@ -563,6 +564,14 @@ def run(
                 if full is None:
                     raise
                 raise full from None
+    except KeyboardInterrupt:
+        if not started:
+            if lock.held and made:
+                lock.release()
+                _remove_made(run_path, made)
+            raise
+        # A second Ctrl-C while Ray shuts down: the session is already settled.
+        raise RunInterrupted(_interrupted_text(run_path), signals.exit_code) from None
     except BaseException:
         if not started and lock.held and made:
             lock.release()
