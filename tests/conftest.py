@@ -38,3 +38,28 @@ def in_tmp(tmp_path, monkeypatch):
     """Run with the working directory in a fresh temporary folder."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+class FastTestLeftItsLane(AssertionError):
+    """A test not marked ``slow`` started a subprocess or a Ray cluster."""
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_stay_in_process(request, monkeypatch):
+    """``pytest -m "not slow"`` starts no subprocess and no Ray: a test that needs either
+    is marked ``slow`` (CI runs those too). Enforced here, so a new test cannot slip."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise FastTestLeftItsLane(
+            f"{request.node.nodeid} starts a subprocess: mark it @pytest.mark.slow")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(os, "fork", refuse, raising=False)
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray is a dependency
+        return
+    monkeypatch.setattr(ray, "init", lambda *a, **k: refuse())

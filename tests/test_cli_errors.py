@@ -79,6 +79,7 @@ def files_under(root: Path) -> set[str]:
 
 @pytest.mark.parametrize("text, extra, fragments", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
+@pytest.mark.slow
 def test_run_on_bad_input(tmp_path, text, extra, fragments):
     space = tmp_path / "space.yaml"
     space.write_text(text, encoding="utf-8")
@@ -102,6 +103,7 @@ def test_run_on_bad_input(tmp_path, text, extra, fragments):
     assert files_under(tmp_path) == {"space.yaml"}
 
 
+@pytest.mark.slow
 def test_run_bad_input_with_default_run_dir_writes_nothing(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(edit("choices: [adam, sgd]", "choices: []"), encoding="utf-8")
@@ -111,6 +113,7 @@ def test_run_bad_input_with_default_run_dir_writes_nothing(tmp_path):
     assert files_under(tmp_path) == {"space.yaml"}
 
 
+@pytest.mark.slow
 def test_run_missing_file(tmp_path):
     proc = hpsearch("run", "nope.yaml", "--run-dir", "run", cwd=tmp_path)
     assert proc.returncode == 2
@@ -118,6 +121,7 @@ def test_run_missing_file(tmp_path):
     assert files_under(tmp_path) == set()
 
 
+@pytest.mark.slow
 def test_validate_prints_the_resolved_config(tmp_path):
     proc = hpsearch("validate", str(EXAMPLE), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -134,6 +138,7 @@ def test_validate_prints_the_resolved_config(tmp_path):
     assert files_under(tmp_path) == set()
 
 
+@pytest.mark.slow
 def test_validate_applies_overrides(tmp_path):
     proc = hpsearch("validate", str(EXAMPLE), "--no-import", "--set", "search.n_trials=3",
                     "--set", "cluster.address=auto", cwd=tmp_path)
@@ -143,6 +148,7 @@ def test_validate_applies_overrides(tmp_path):
     assert printed["cluster"]["address"] == "auto"
 
 
+@pytest.mark.slow
 def test_validate_no_import_skips_the_trainable_check(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(edit("hpsearch.examples.digits:build", "nosuch.module:build"),
@@ -161,6 +167,7 @@ def test_validate_no_import_skips_the_trainable_check(tmp_path):
     assert files_under(tmp_path) == {"space.yaml"}
 
 
+@pytest.mark.slow
 def test_validate_bad_input_is_one_line(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(edit("low: 1.0e-4", "low: 0"), encoding="utf-8")

@@ -62,6 +62,7 @@ def space(tmp_path) -> Path:
 # The command on this machine.
 
 
+@pytest.mark.slow
 def test_doctor_here_exits_zero_and_writes_nothing(tmp_path):
     import torch
 
@@ -88,6 +89,7 @@ def test_doctor_here_exits_zero_and_writes_nothing(tmp_path):
     assert elapsed < 30, f"doctor took {elapsed:.1f} s"
 
 
+@pytest.mark.slow
 def test_doctor_json_is_a_list_of_checks(tmp_path):
     proc = hpsearch("doctor", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -106,6 +108,7 @@ def test_doctor_json_is_a_list_of_checks(tmp_path):
         assert nvml_check["status"] == WARN and "NVML library not found" in nvml_check["message"]
 
 
+@pytest.mark.slow
 def test_doctor_with_a_space_checks_run_dir_storage_and_price(tmp_path, space):
     proc = hpsearch("doctor", str(space), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -119,6 +122,7 @@ def test_doctor_with_a_space_checks_run_dir_storage_and_price(tmp_path, space):
     assert tree(tmp_path) == ["space.yaml"]
 
 
+@pytest.mark.slow
 @no_driver
 def test_doctor_prices_auto_with_its_note(tmp_path, space):
     proc = hpsearch("doctor", str(space), "--set", "pricing.instance=auto", cwd=tmp_path)
@@ -127,6 +131,7 @@ def test_doctor_prices_auto_with_its_note(tmp_path, space):
             in lines_of(proc)["pricing"])
 
 
+@pytest.mark.slow
 def test_doctor_fails_when_the_sqlite_file_sits_under_a_file(tmp_path, space):
     afile = tmp_path / "afile"
     afile.write_text("not a directory\n")
@@ -143,6 +148,7 @@ def test_doctor_fails_when_the_sqlite_file_sits_under_a_file(tmp_path, space):
     assert tree(tmp_path) == before and afile.read_text() == "not a directory\n"
 
 
+@pytest.mark.slow
 def test_doctor_fails_when_the_run_dir_sits_under_a_file(tmp_path, space):
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -157,6 +163,7 @@ def test_doctor_fails_when_the_run_dir_sits_under_a_file(tmp_path, space):
     assert tree(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_doctor_fails_on_an_unreachable_database(tmp_path, space):
     start = time.monotonic()
     proc = hpsearch("doctor", str(space), "--set",
@@ -169,6 +176,7 @@ def test_doctor_fails_on_an_unreachable_database(tmp_path, space):
     assert tree(tmp_path) == ["space.yaml"]
 
 
+@pytest.mark.slow
 def test_doctor_reports_a_bad_space_as_a_failed_check(tmp_path, space):
     proc = hpsearch("doctor", str(space), "--set", "max_epochs=0", cwd=tmp_path)
     assert proc.returncode == 1
@@ -177,6 +185,7 @@ def test_doctor_reports_a_bad_space_as_a_failed_check(tmp_path, space):
     assert "storage" not in lines_of(proc)
 
 
+@pytest.mark.slow
 def test_doctor_fails_fast_on_an_unreachable_ray_address(tmp_path):
     start = time.monotonic()
     proc = hpsearch("doctor", "--address", "127.0.0.1:1", cwd=tmp_path)
@@ -189,6 +198,7 @@ def test_doctor_fails_fast_on_an_unreachable_ray_address(tmp_path):
     assert elapsed < 20, f"took {elapsed:.1f} s"
 
 
+@pytest.mark.slow
 def test_cluster_probe_gives_up_on_a_port_where_no_ray_head_answers():
     from hpsearch.adapters.system import cluster_info
 
@@ -224,6 +234,7 @@ def test_cluster_probe_gives_up_on_a_port_where_no_ray_head_answers():
     assert doctor.cluster_checks(info)[0].status == FAIL
 
 
+@pytest.mark.slow
 def test_doctor_lists_a_real_clusters_node_kinds(tmp_path, space):
     # About 8 s (two Ray nodes start), under the 10 s of the slow marker.
     from ray.cluster_utils import Cluster
@@ -430,6 +441,7 @@ def test_cluster_checks_a_trial_that_fits_no_node_fails():
                                  )[-1].name != "trial fits"
 
 
+@pytest.mark.slow
 @no_driver
 def test_gpu_trials_on_a_machine_without_gpus_fail_the_local_ray_check(tmp_path, space):
     proc = hpsearch("doctor", str(space), "--set", "resources.gpu=0.25", cwd=tmp_path)

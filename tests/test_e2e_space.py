@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import optuna
 import pytest
-import torch
 from optuna.trial import TrialState
 
 import hpsearch
@@ -49,6 +48,8 @@ def test_momentum_is_sampled_only_with_sgd_and_reaches_the_optimizer(ray_cluster
         # What the trainable built: the optimizer state in the trial's last checkpoint.
         folder = result.run_dir / "checkpoints" / f"trial-{trial.number:04d}"
         ckpt = sorted(folder.rglob("trial.ckpt"))[-1]
+        import torch
+
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
         group = state["optimizer_states"][0]["param_groups"][0]
         assert state["hyper_parameters"]["hidden"] == 32

@@ -62,6 +62,7 @@ def hold_lock(run_dir: Path) -> subprocess.Popen:
 # The lock
 
 
+@pytest.mark.slow
 def test_a_second_driver_is_refused_naming_the_first_and_writes_nothing(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -82,6 +83,7 @@ def test_a_second_driver_is_refused_naming_the_first_and_writes_nothing(tmp_path
         holder.wait()
 
 
+@pytest.mark.slow
 def test_the_lock_dies_with_its_process_even_when_killed(tmp_path):
     holder = hold_lock(tmp_path)
     with pytest.raises(RunDirBusy):
@@ -95,6 +97,7 @@ def test_the_lock_dies_with_its_process_even_when_killed(tmp_path):
     assert not lock.held
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_second_driver_with_exit_2(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(json.dumps(SPACE))
@@ -138,6 +141,7 @@ def read_only_dir(tmp_path):
             folder.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_a_run_dir_below_a_read_only_folder_is_refused_up_front(read_only_dir):
     with pytest.raises(ConfigError) as info:
         hpsearch.run(SPACE, run_dir=read_only_dir / "runs" / "x", emit=None)
@@ -146,6 +150,7 @@ def test_a_run_dir_below_a_read_only_folder_is_refused_up_front(read_only_dir):
     assert list(read_only_dir.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_read_only_run_dir_with_one_line(read_only_dir, tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(json.dumps(SPACE))
@@ -197,6 +202,7 @@ def test_a_torn_middle_line_refuses_the_run_and_says_how_to_repair(tmp_path):
     assert after == before
 
 
+@pytest.mark.slow
 def test_repair_command_keeps_a_backup_and_reports_what_it_dropped(tmp_path):
     run_dir = _damaged_run_dir(tmp_path)
     damaged = (run_dir / "ledger.jsonl").read_bytes()
@@ -217,6 +223,7 @@ def test_repair_command_keeps_a_backup_and_reports_what_it_dropped(tmp_path):
     assert again.returncode == 0 and "nothing changed" in again.stdout
 
 
+@pytest.mark.slow
 def test_repair_of_a_folder_without_a_ledger_is_a_one_line_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hpsearch", "repair", str(tmp_path)],
                           text=True, capture_output=True,

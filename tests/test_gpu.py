@@ -400,6 +400,7 @@ def test_resolve_auto_needs_what_nvml_found():
     assert nvml.for_pricing(make({"instance": "local-cpu"})) is None
 
 
+@pytest.mark.slow
 @no_driver
 def test_validate_cli_with_auto_prints_why(tmp_path):
     proc = hpsearch("validate", str(EXAMPLE), "--no-import", "--set",
@@ -413,6 +414,7 @@ def test_validate_cli_with_auto_prints_why(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @no_driver
 def test_validate_cli_with_auto_and_gpu_trials_fails_cleanly(tmp_path):
     proc = hpsearch("validate", str(EXAMPLE), "--no-import", "--set",

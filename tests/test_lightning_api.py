@@ -14,19 +14,20 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from hpsearch.adapters.trial import lightning_api
 from hpsearch.adapters.trial.lightning_api import (CHECKPOINT_GLOBALS, RESUME_KEYS, DataShape,
                                              ShapeError, checkpoint_problem)
 
-from .trainables import Payload
+from .payloads import Payload
 
 # ---------------------------------------------------------------------------------------
 # Checkpoints are data, not code (torch only)
 
 
 def test_a_crafted_zip_checkpoint_is_refused_without_running_it(tmp_path):
+    import torch
+
     marker = tmp_path / "pwned"
     ckpt = tmp_path / "trial.ckpt"
     torch.save({"state_dict": {}, "evil": Payload(str(marker))}, ckpt)
@@ -51,6 +52,8 @@ def test_a_crafted_raw_pickle_is_refused_without_running_it(tmp_path):
 
 
 def test_plain_data_without_lightnings_keys_cannot_resume(tmp_path):
+    import torch
+
     ckpt = tmp_path / "trial.ckpt"
     torch.save({"state_dict": {"w": torch.ones(2)}, "epoch": 3}, ckpt)
     reason = checkpoint_problem(ckpt)
@@ -59,6 +62,8 @@ def test_plain_data_without_lightnings_keys_cannot_resume(tmp_path):
 
 
 def test_what_is_not_a_checkpoint_says_what_it_is(tmp_path):
+    import torch
+
     ckpt = tmp_path / "trial.ckpt"
     torch.save([1, 2, 3], ckpt)
     assert checkpoint_problem(ckpt) == "it holds a list, not a Lightning checkpoint"
@@ -69,6 +74,8 @@ def test_what_is_not_a_checkpoint_says_what_it_is(tmp_path):
 
 
 def test_a_complete_plain_checkpoint_passes(tmp_path):
+    import torch
+
     ckpt = tmp_path / "trial.ckpt"
     data = {key: {} for key in RESUME_KEYS}
     data["pytorch-lightning_version"] = "2.6.6"
@@ -100,6 +107,8 @@ def _pickle_globals(path: Path) -> set[str]:
 
 
 def _fit_and_save(package: str, tmp_path: Path, precision: str, optimizer: str) -> Path:
+    import torch
+
     from hpsearch.adapters.trial import callbacks
 
     if package == "lightning":
@@ -132,6 +141,8 @@ def _fit_and_save(package: str, tmp_path: Path, precision: str, optimizer: str) 
                                                   ("16-mixed", "adam")])
 def test_trial_checkpoints_hold_only_the_allowed_globals_and_load_as_data(
         tmp_path, package, precision, optimizer):
+    import torch
+
     path = _fit_and_save(package, tmp_path, precision, optimizer)
     assert _pickle_globals(path) <= CHECKPOINT_GLOBALS
     assert torch.serialization.get_unsafe_globals_in_checkpoint(str(path)) == []
@@ -150,6 +161,8 @@ def test_trial_checkpoints_hold_only_the_allowed_globals_and_load_as_data(
 
 @pytest.mark.slow
 def test_the_flavour_comes_from_the_class():
+    import torch
+
     import lightning as L
     import pytorch_lightning as pl
 
@@ -181,6 +194,8 @@ def _shape_error(returned) -> str:
 
 @pytest.mark.slow
 def test_the_three_shapes_are_understood():
+    import torch
+
     from torch.utils.data import DataLoader
 
     from .lit_trainables import shaped
@@ -289,6 +304,8 @@ def test_plans_probe_takes_a_function_and_refuses_a_bad_shape_in_one_line():
 
 
 def test_seed_everything_seeds_every_rng_and_tells_lightning():
+    import torch
+
     import random
 
     import numpy as np

@@ -112,6 +112,7 @@ def measure_rss(params: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 def test_memory_estimate_within_20_percent_of_measured():
     from hpsearch.adapters.trial.probe import probe
@@ -148,6 +149,7 @@ def test_memory_estimate_within_20_percent_of_measured():
 # The command on the digits example.
 
 
+@pytest.mark.slow
 def test_plan_digits(tmp_path):
     proc = hpsearch("plan", str(DIGITS), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -162,6 +164,7 @@ def test_plan_digits(tmp_path):
     assert files_under(tmp_path) == set()  # nothing written
 
 
+@pytest.mark.slow
 def test_plan_digits_json_with_a_throughput(tmp_path):
     proc = hpsearch("plan", str(DIGITS), "--json", "--throughput", "5000@T4",
                     "--trials", "4", "--epochs", "3", "--set", "search.seed=1",
@@ -215,6 +218,7 @@ search: {{n_trials: 2}}
     (["--probe-batches", "0"], ["--probe-batches:", "(got '0')"]),
     (["--currency", "EUR"], ["--currency:", "known: CNY, USD", "(got 'EUR')"]),
 ], ids=["throughput", "throughput-model", "trials", "epochs", "probe-batches", "currency"])
+@pytest.mark.slow
 def test_plan_bad_option_is_one_line(tmp_path, extra, fragments):
     proc = hpsearch("plan", str(DIGITS), *extra, cwd=tmp_path)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
@@ -225,6 +229,7 @@ def test_plan_bad_option_is_one_line(tmp_path, extra, fragments):
         assert fragment in lines[0]
 
 
+@pytest.mark.slow
 def test_plan_trainable_that_fails_to_build(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE.format(trainable="tests.plan_trainables:broken"),
@@ -238,6 +243,7 @@ def test_plan_trainable_that_fails_to_build(tmp_path):
     assert files_under(tmp_path) == {"space.yaml"}
 
 
+@pytest.mark.slow
 def test_plan_help_names_every_option(tmp_path):
     proc = hpsearch("plan", "--help", cwd=tmp_path)
     assert proc.returncode == 0

@@ -81,12 +81,14 @@ def probe(body: str, cwd: Path) -> tuple[dict, subprocess.CompletedProcess]:
     return json.loads(lines[0][len(MARKER):]), proc
 
 
+@pytest.mark.slow
 def test_probe_detects_heavy_imports(tmp_path):
     # The probe itself must be able to fail: importing Optuna is reported.
     result, _ = probe("import optuna", tmp_path)
     assert result["heavy"] == ["optuna"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", PURE_MODULES)
 def test_pure_module_imports_no_heavy_library(module, tmp_path):
     result, _ = probe(
@@ -102,6 +104,7 @@ HELP_ARGV = [["--help"], ["run", "--help"], ["validate", "--help"], ["report", "
              ["dashboard", "--help"], ["plan", "--help"], ["doctor", "--help"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", HELP_ARGV, ids=" ".join)
 def test_module_help_exits_zero_with_usage(argv, tmp_path):
     proc = run_python(["-m", "hpsearch", *argv], tmp_path)
@@ -118,6 +121,7 @@ def test_module_help_exits_zero_with_usage(argv, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", HELP_ARGV, ids=" ".join)
 def test_help_imports_no_heavy_library(argv, tmp_path):
     result, proc = probe(
@@ -134,6 +138,7 @@ def test_help_imports_no_heavy_library(argv, tmp_path):
     assert result["heavy"] == [], f"--help loaded {result['heavy']}"
 
 
+@pytest.mark.slow
 def test_version(tmp_path):
     from hpsearch import __version__
 
@@ -142,6 +147,7 @@ def test_version(tmp_path):
     assert proc.stdout.strip() == f"hpsearch {__version__}"
 
 
+@pytest.mark.slow
 def test_no_command_is_a_usage_error(tmp_path):
     proc = run_python(["-m", "hpsearch"], tmp_path)
     assert proc.returncode == 2
@@ -149,6 +155,7 @@ def test_no_command_is_a_usage_error(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_validate_no_import_imports_no_heavy_library(tmp_path):
     example = REPO / "search_spaces" / "digits_mlp.yaml"
     result, proc = probe(

@@ -79,6 +79,7 @@ def procs():
         proc.wait()
 
 
+@pytest.mark.slow
 def test_run_pids_finds_the_marked_and_the_session_writers(tmp_path, procs):
     session = tmp_path / "session_1"
     (session / "logs").mkdir(parents=True)
@@ -99,6 +100,7 @@ def test_run_pids_finds_the_marked_and_the_session_writers(tmp_path, procs):
     assert marked.pid in run_pids("run-a", [str(session) + "/"])  # trailing slash
 
 
+@pytest.mark.slow
 def test_reap_ends_the_run_and_spares_the_rest(tmp_path, procs):
     session = tmp_path / "session_2"
     session.mkdir()
@@ -133,6 +135,7 @@ def _watchdog(mark: str, secrets_dir: Path) -> subprocess.Popen:
         stdin=subprocess.PIPE, env=env)
 
 
+@pytest.mark.slow
 def test_the_watchdog_waits_for_its_pipe_then_ends_the_run(tmp_path, procs):
     secrets_dir = tmp_path / "secrets"
     secrets_dir.mkdir(mode=0o700)
@@ -160,6 +163,7 @@ def test_the_watchdog_waits_for_its_pipe_then_ends_the_run(tmp_path, procs):
     assert not secrets_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_sigkilled_parent_sets_the_watchdog_off(tmp_path, procs):
     """The watchdog's pipe belongs to a 'driver' that dies by SIGKILL."""
     secrets_dir = tmp_path / "secrets"

@@ -657,6 +657,7 @@ def assert_one_line_error(proc, *fragments):
     (["dashboard", "run", "--port", "0"], ["--port: must be between 1 and 65535"]),
 ], ids=["missing-run-dir", "missing-sqlite", "bad-format", "unknown-study", "no-study",
         "dashboard-missing-run-dir", "dashboard-bad-port"])
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, fragments):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -668,6 +669,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, fra
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_cli_dashboard_refuses_a_port_in_use(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

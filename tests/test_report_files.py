@@ -98,6 +98,7 @@ def test_write_replaces_no_file_unless_every_format_was_written(tmp_path, monkey
     assert snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_a_full_disk_leaves_the_previous_report_and_says_so(tiny_disk):
     built = report.build(HAND, study_info())
     writers.write(built, tiny_disk, ["csv", "json", "md"])  # small: they fit
@@ -116,6 +117,7 @@ def test_a_full_disk_leaves_the_previous_report_and_says_so(tiny_disk):
     assert os.listdir(tiny_disk) == []
 
 
+@pytest.mark.slow
 def test_cli_report_on_a_full_disk_is_one_line_and_keeps_the_old_files(tmp_path, tiny_disk):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -132,6 +134,7 @@ def test_cli_report_on_a_full_disk_is_one_line_and_keeps_the_old_files(tmp_path,
     assert snapshot(tiny_disk) == before
 
 
+@pytest.mark.slow
 def test_cli_report_into_a_folder_it_cannot_create(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -143,6 +146,7 @@ def test_cli_report_into_a_folder_it_cannot_create(tmp_path):
     assert line.startswith("hpsearch: error: cannot write file/out: Not a directory")
 
 
+@pytest.mark.slow
 def test_write_study_report_is_atomic_too(tmp_path, tiny_disk):
     study = make_study(f"sqlite:///{tmp_path / 'x.db'}", "x", running=False)
     from hpsearch.adapters.optuna.results import write_study_report

@@ -165,6 +165,7 @@ def assert_no_sideways_scroll(probe: dict) -> None:
 # -- the tests ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_all_failed_run_shows_notes_not_empty_axes(tmp_path):
     shot, dom, probe = render("failed", tmp_path)
     assert png_size(shot) == WINDOW
@@ -182,6 +183,7 @@ def test_an_all_failed_run_shows_notes_not_empty_axes(tmp_path):
     assert_no_sideways_scroll(probe)
 
 
+@pytest.mark.slow
 def test_a_loss_run_names_its_metric_and_is_not_swamped_by_a_diverged_trial(tmp_path):
     shot, dom, probe = render("loss", tmp_path)
     assert png_size(shot) == WINDOW and shot.stat().st_size > 20_000
@@ -200,6 +202,7 @@ def test_a_loss_run_names_its_metric_and_is_not_swamped_by_a_diverged_trial(tmp_
     assert_no_sideways_scroll(probe)  # nine params wrap in their cell
 
 
+@pytest.mark.slow
 def test_pruned_outliers_leave_the_completed_trials_readable(tmp_path):
     shot, dom, probe = render("outliers", tmp_path)
     assert png_size(shot) == WINDOW

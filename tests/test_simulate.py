@@ -329,6 +329,7 @@ def test_cost_aware_stops_hopeless_trials_on_the_simulated_clock():
     assert result.busy_s() < 12 * 10
 
 
+@pytest.mark.slow
 def test_simulate_and_peers_import_no_heavy_package():
     code = ("import sys, json; import hpsearch.simulate, benchmarks.peers; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "

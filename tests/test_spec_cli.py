@@ -62,6 +62,7 @@ def _one_error_line(proc, fragments) -> None:
 
 @pytest.mark.parametrize("text, extra, fragments", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, command, text, extra, fragments):
     space = tmp_path / "space.yaml"
@@ -72,6 +73,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, command, text, extra
     assert files_under(tmp_path) == {"space.yaml"}
 
 
+@pytest.mark.slow
 def test_validate_prints_a_contradicting_mode_as_a_warning(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(edit("objective: {metric: val_acc, mode: max}",
@@ -84,6 +86,7 @@ def test_validate_prints_a_contradicting_mode_as_a_warning(tmp_path):
     assert "mode: max" in proc.stdout
 
 
+@pytest.mark.slow
 def test_validate_shows_the_inferred_mode(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(edit("objective: {metric: val_acc, mode: max}",

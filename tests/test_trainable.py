@@ -66,6 +66,7 @@ def test_what_cannot_reach_the_trial_processes_is_refused():
         check_function(42)
 
 
+@pytest.mark.slow
 def test_validate_refuses_a_main_path_in_one_line(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("name: m\ntrainable: __main__:build\nobjective: {metric: val_acc}\n"

@@ -12,6 +12,8 @@ from typing import Any
 
 from hpsearch.examples import digits
 
+from .payloads import Payload  # noqa: F401 - the fault tests take it from here too
+
 
 class CrashingMLP(digits.DigitsMLP):
     """Kills its own process at the start of epoch ``crash_epoch`` (0-based) once.
@@ -84,16 +86,6 @@ def _rewrite_manifest(folder: Path) -> None:
     manifest["files"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
                          for name in manifest["files"]}
     manifest_path.write_text(json.dumps(manifest))
-
-
-class Payload:
-    """Unpickling it runs ``touch <path>``: what a crafted checkpoint would do."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.path}",))
 
 
 def damage(ckpt: Path, how: str, marker: str) -> None:
