@@ -23,7 +23,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from hpsearch import __version__
+from hpsearch.version import __version__
 from hpsearch.errors import EXIT_INTERRUPTED, HpsearchError
 
 DESCRIPTION = """\

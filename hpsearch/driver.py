@@ -32,15 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from hpsearch.spec import config as config_mod
 from hpsearch import keys
-from hpsearch.recovery import faults
-from hpsearch.money.budget import fmt_money
 from hpsearch.core.lifecycle import TrialState
+from hpsearch.core.placement import check_fits
 from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
                              RunFailed, RunInterrupted)
+from hpsearch.money.budget import fmt_money
 from hpsearch.money.ledger import FAILED
-from hpsearch.report.progress import Progress, top_table
+from hpsearch.recovery import faults
+from hpsearch.report.progress import Progress, display_path, display_url, top_table
+from hpsearch.spec import config as config_mod
 
 log = logging.getLogger("hpsearch")
 
@@ -79,26 +80,6 @@ def storage_url_for(config: config_mod.Config, run_dir: Path) -> str:
     return config.storage or f"sqlite:///{run_dir / 'optuna.db'}"
 
 
-def display_path(path: Path) -> str:
-    """``path`` relative to the working directory when it is below it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def display_url(url: str, run_dir: Path) -> str:
-    if url.startswith("sqlite:///"):
-        return "sqlite:///" + display_path(Path(url[len("sqlite:///"):]))
-    return url
-
-
-def _sqlite_file(url: str) -> Path | None:
-    if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///"):])
-    return None
-
-
 def _check_existing_study(config: config_mod.Config, url: str, ledger=None,
                           run_path: Path | None = None) -> bool:
     """Raise if the study in ``url`` cannot be continued with ``config`` from this run
@@ -112,7 +93,7 @@ def _check_existing_study(config: config_mod.Config, url: str, ledger=None,
     """
     from hpsearch.adapters.optuna.study import check_compatible, existing_study_record
 
-    db_file = _sqlite_file(url)
+    db_file = config_mod.sqlite_file(url)
     if db_file is not None and not db_file.exists():
         return False  # opening it would create it: nothing to check
     record = existing_study_record(url, config.name)
@@ -162,19 +143,6 @@ def _concurrency(config: config_mod.Config, resources: Mapping[str, float]) -> i
     if config.resources.gpu > 0:
         fits.append(resources.get("GPU", 0.0) // config.resources.gpu)
     return max(1, int(min(fits)))
-
-
-def _check_fits(config: config_mod.Config, nodes: list[dict[str, Any]]) -> None:
-    """A trial asking for more than any node has would pend forever: refuse it now."""
-    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
-    for key, field in (("CPU", "resources.cpu"), ("GPU", "resources.gpu")):
-        want = config.resources.cpu if key == "CPU" else config.resources.gpu
-        if want <= 0:
-            continue
-        most = max((r.get(key, 0.0) for r in alive), default=0.0)
-        if want > most:
-            where = f"the largest Ray node has {most:g}" if most else f"no Ray node has a {key}"
-            raise ConfigError(field, f"no trial could ever start: {where}", want)
 
 
 class _WorkerDeathNotices:
@@ -414,7 +382,7 @@ def _disk_full(exc: BaseException, run_path: Path, url: str) -> faults.DiskFull 
     where = cause.path
     if where is None:
         text = "".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e).lower()
-        sqlite = _sqlite_file(url)
+        sqlite = config_mod.sqlite_file(url)
         where = str(sqlite) if sqlite is not None and "database or disk" in text else None
     return faults.DiskFull(where or run_path, run_path)
 
@@ -527,7 +495,7 @@ def run(
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
-    faults.check_writable(run_path, _sqlite_file(url))
+    faults.check_writable(run_path, config_mod.sqlite_file(url))
     # The lock comes first, so that a second driver is refused at once, before it
     # starts Ray or reads anything. A run dir made only to hold it is removed again if
     # the run cannot start (bad input writes nothing).
@@ -542,7 +510,7 @@ def run(
         continuing = _check_existing_study(config, url, ledger, run_path)
         with _RaySession(config.cluster.address) as ray:
             nodes = ray.nodes()
-            _check_fits(config, nodes)
+            check_fits(config, nodes)
             price = pricing.resolve(config, node_cpus=_largest_node_cpus(nodes), gpu=gpu)
             concurrency = _concurrency(config, ray.cluster_resources())
             started = True

@@ -140,7 +140,7 @@ def test_help_imports_no_heavy_library(argv, tmp_path):
 
 @pytest.mark.slow
 def test_version(tmp_path):
-    from hpsearch import __version__
+    from hpsearch.version import __version__
 
     proc = run_python(["-m", "hpsearch", "--version"], tmp_path)
     assert proc.returncode == 0

@@ -19,13 +19,65 @@ import time
 import warnings
 from pathlib import Path
 
-from hpsearch.tools.doctor import (
-    CONNECT_TIMEOUT_S,
-    RAY_TIMEOUT_S,
-    ClusterInfo,
-    NodeInfo,
-    TorchInfo,
-)
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+#: Seconds the Ray probe may take to connect and list the cluster.
+RAY_TIMEOUT_S = 30.0
+#: Seconds a TCP connect to the head (or a database) may take.
+CONNECT_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    """What torch says about CUDA (see :func:`hpsearch.adapters.system.torch_info`).
+
+    Attributes:
+        version: ``torch.__version__``, or None when torch cannot be imported.
+        cuda_build: ``torch.version.cuda`` (e.g. ``12.4``), None for a CPU-only build.
+        cuda_available: ``torch.cuda.is_available()``.
+        devices: The names of the CUDA devices torch sees.
+        error: Why torch could not be imported, or the warning CUDA initialisation gave.
+    """
+
+    version: str | None
+    cuda_build: str | None = None
+    cuda_available: bool = False
+    devices: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One Ray node: ``NodeID``, ``Alive``, address and ``Resources`` of ``ray.nodes()``."""
+
+    node_id: str
+    alive: bool
+    address: str
+    resources: Mapping[str, float] = field(default_factory=dict)
+
+    def as_ray_node(self) -> dict[str, Any]:
+        return {"NodeID": self.node_id, "Alive": self.alive,
+                "NodeManagerAddress": self.address, "Resources": dict(self.resources)}
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What a Ray cluster said (or why it said nothing).
+
+    Attributes:
+        address: The address asked.
+        error: Why it could not be reached; empty when it answered.
+        resources: ``ray.cluster_resources()``.
+        nodes: Every node ``ray.nodes()`` lists, dead ones included.
+        seconds: How long connecting and listing took.
+    """
+
+    address: str
+    error: str = ""
+    resources: Mapping[str, float] = field(default_factory=dict)
+    nodes: tuple[NodeInfo, ...] = ()
+    seconds: float = 0.0
 
 #: Prefixes the child's one line of JSON (Ray may print to stdout too).
 MARKER = "@@hpsearch-doctor@@"

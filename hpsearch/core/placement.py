@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from hpsearch.money import nodekinds, pricing
 from hpsearch.spec.config import Config
+from hpsearch.errors import ConfigError
 from hpsearch.money.pricing import Price
 
 
@@ -142,3 +143,24 @@ class Placement:
         price = pricing.resolve(self.config, instance=node.instance, spot=spot, gpu=self.gpu)
         self._prices[node_id] = price
         return price
+
+
+def check_fits(config: Config, nodes: list[dict[str, Any]]) -> None:
+    """A trial asking for more than any node has would pend forever: refuse it now.
+
+    Args:
+        config: The run's config (its ``resources``).
+        nodes: Entries of ``ray.nodes()``.
+
+    Raises:
+        ConfigError: Naming ``resources.cpu`` or ``resources.gpu`` and the largest node.
+    """
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    for key, field in (("CPU", "resources.cpu"), ("GPU", "resources.gpu")):
+        want = config.resources.cpu if key == "CPU" else config.resources.gpu
+        if want <= 0:
+            continue
+        most = max((r.get(key, 0.0) for r in alive), default=0.0)
+        if want > most:
+            where = f"the largest Ray node has {most:g}" if most else f"no Ray node has a {key}"
+            raise ConfigError(field, f"no trial could ever start: {where}", want)

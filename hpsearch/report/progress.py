@@ -8,6 +8,7 @@ readable in a terminal and in a log file alike.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -212,3 +213,18 @@ class SessionListener:
             line = f"  trial {record.number}: {reason}"
         self.progress.emit(line)
         self.log(line.strip())
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def display_url(url: str, run_dir: Path) -> str:
+    """A storage URL as shown: a SQLite file relative to the working directory."""
+    if url.startswith("sqlite:///"):
+        return "sqlite:///" + display_path(Path(url[len("sqlite:///"):]))
+    return url

@@ -942,3 +942,10 @@ def load(
     """Load ``source`` (a path to ``space.yaml`` or a mapping), apply overrides, validate."""
     raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
     return validate(apply_overrides(raw, overrides))
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` storage URL, or None for another database."""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])
+    return None

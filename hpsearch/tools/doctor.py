@@ -28,16 +28,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from hpsearch.adapters.system import (CONNECT_TIMEOUT_S, RAY_TIMEOUT_S, ClusterInfo, NodeInfo,
+                                      TorchInfo)
+
 OK = "ok"
 WARN = "warn"
 FAIL = "fail"
 STATUSES = (OK, WARN, FAIL)
 MARKS = {OK: "[ok]  ", WARN: "[warn]", FAIL: "[FAIL]"}
 
-#: Seconds the Ray probe may take to connect and list the cluster.
-RAY_TIMEOUT_S = 30.0
-#: Seconds a TCP connect to the head (or a database) may take.
-CONNECT_TIMEOUT_S = 3.0
 
 CUDA_FIX = ("install a CUDA build of torch matching the driver, e.g. `pip install torch "
             "--index-url https://download.pytorch.org/whl/cu124` (pick the CUDA version "
@@ -99,58 +98,6 @@ def summary(checks: Sequence[Check]) -> str:
 # Facts gathered by the probes.
 
 
-@dataclass(frozen=True)
-class TorchInfo:
-    """What torch says about CUDA (see :func:`hpsearch.adapters.system.torch_info`).
-
-    Attributes:
-        version: ``torch.__version__``, or None when torch cannot be imported.
-        cuda_build: ``torch.version.cuda`` (e.g. ``12.4``), None for a CPU-only build.
-        cuda_available: ``torch.cuda.is_available()``.
-        devices: The names of the CUDA devices torch sees.
-        error: Why torch could not be imported, or the warning CUDA initialisation gave.
-    """
-
-    version: str | None
-    cuda_build: str | None = None
-    cuda_available: bool = False
-    devices: tuple[str, ...] = ()
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """One Ray node: ``NodeID``, ``Alive``, address and ``Resources`` of ``ray.nodes()``."""
-
-    node_id: str
-    alive: bool
-    address: str
-    resources: Mapping[str, float] = field(default_factory=dict)
-
-    def as_ray_node(self) -> dict[str, Any]:
-        return {"NodeID": self.node_id, "Alive": self.alive,
-                "NodeManagerAddress": self.address, "Resources": dict(self.resources)}
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    """What a Ray cluster said (or why it said nothing).
-
-    Attributes:
-        address: The address asked.
-        error: Why it could not be reached; empty when it answered.
-        resources: ``ray.cluster_resources()``.
-        nodes: Every node ``ray.nodes()`` lists, dead ones included.
-        seconds: How long connecting and listing took.
-    """
-
-    address: str
-    error: str = ""
-    resources: Mapping[str, float] = field(default_factory=dict)
-    nodes: tuple[NodeInfo, ...] = ()
-    seconds: float = 0.0
-
-
 # ---------------------------------------------------------------------------------------
 # Interpreting the facts.
 
@@ -164,7 +111,7 @@ def python_check() -> Check:
 
 
 def hpsearch_check() -> Check:
-    from hpsearch import __version__
+    from hpsearch.version import __version__
 
     where = Path(__file__).resolve().parent
     return Check("hpsearch", OK, f"hpsearch {__version__} ({where})")
@@ -410,11 +357,11 @@ def cluster_checks(info: ClusterInfo, catalog: Any = None, config: Any = None) -
                 continue
         checks.append(Check(name, OK, text))
     if config is not None:
-        from hpsearch.driver import _check_fits
+        from hpsearch.core.placement import check_fits
         from hpsearch.errors import ConfigError
 
         try:
-            _check_fits(config, [n.as_ray_node() for n in info.nodes])
+            check_fits(config, [n.as_ray_node() for n in info.nodes])
         except ConfigError as exc:
             checks.append(Check("trial fits", FAIL, str(exc),
                                 "lower resources.cpu / resources.gpu, or add a node that "
@@ -450,7 +397,7 @@ def writable(path: Path) -> str | None:
 
 
 def run_dir_check(run_dir: Path, default: bool) -> Check:
-    from hpsearch.driver import display_path
+    from hpsearch.report.progress import display_path
 
     shown = display_path(run_dir.absolute())
     why = writable(run_dir)
@@ -491,10 +438,11 @@ def storage_check(url: str, run_dir: Path, default: bool = False,
         connect: ``url -> error or None`` for non-SQLite URLs (default
             :func:`hpsearch.adapters.system.rdb_error`).
     """
-    from hpsearch.driver import _sqlite_file, display_url
+    from hpsearch.report.progress import display_url
+    from hpsearch.spec.config import sqlite_file
 
     shown = display_url(url, run_dir.absolute())
-    db = _sqlite_file(url)
+    db = sqlite_file(url)
     if db is not None:
         # SQLite writes a journal next to the file: its directory must be writable too.
         if not db.exists():

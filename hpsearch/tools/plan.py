@@ -70,8 +70,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-from hpsearch.money import catalog as catalog_mod
+from hpsearch.adapters.trial.probe import PROBE_PRECISION, ProbeFigures
 from hpsearch.errors import ConfigError
+from hpsearch.money import catalog as catalog_mod
 from hpsearch.spec.space import CategoricalParam, ConstParam, FloatParam, IntParam, Space
 
 MIB = 1024 * 1024
@@ -80,7 +81,6 @@ GIB = 1024 * MIB
 PRECISIONS = ("fp32", "fp16", "bf16")
 #: Lightning's precision for a GPU trial and for the CPU probe of each precision.
 LIGHTNING_PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
-PROBE_PRECISION = {"fp32": "32-true", "fp16": "bf16-mixed", "bf16": "bf16-mixed"}
 #: fp32 states per trainable parameter.
 OPTIMIZER_STATES = {"adam": 2.0, "adamw": 2.0, "sgd": 1.0}
 POINTS = ("mid", "high")
@@ -284,66 +284,6 @@ def estimate_memory(n_params: int, n_trainable: int, activations_bytes: float, *
 
 # ---------------------------------------------------------------------------------------
 # Time.
-
-
-@dataclass(frozen=True)
-class ProbeFigures:
-    """What the CPU probe measured (see :mod:`hpsearch.adapters.trial.probe`).
-
-    Attributes:
-        params: The configuration probed.
-        n_params, n_trainable: Parameter counts.
-        weight_bytes: Mean bytes per parameter (4 for fp32).
-        optimizer: The optimizer's class name.
-        optimizer_bytes: Bytes of optimizer state after one step.
-        activations_bytes: Distinct bytes autograd saved for backward in one step.
-        batch_size: Samples in the first training batch.
-        train_batches, val_batches: Batches per epoch (None if unknown).
-        train_samples: Training samples per epoch (None if unknown).
-        train_step_s, val_step_s: Measured seconds per batch on this CPU.
-        setup_s: Seconds to build the model and set up its data.
-        threads: torch threads the probe used (``resources.cpu``).
-        cpu_gflops: This CPU's measured matmul rate at the probe's dtype.
-        precision: The precision probed (``fp32``, ``fp16``, ``bf16``).
-        measured_batches: Training batches timed (after one warm-up batch).
-        largest_activation_bytes: The largest distinct tensor autograd saved.
-    """
-
-    params: Mapping[str, Any]
-    n_params: int
-    n_trainable: int
-    weight_bytes: float
-    optimizer: str
-    optimizer_bytes: float
-    activations_bytes: float
-    batch_size: int | None
-    train_batches: int | None
-    val_batches: int | None
-    train_samples: int | None
-    train_step_s: float | None
-    val_step_s: float | None
-    setup_s: float
-    threads: int
-    cpu_gflops: float
-    precision: str
-    measured_batches: int
-    largest_activation_bytes: float = 0.0
-
-    @property
-    def cpu_epoch_s(self) -> float | None:
-        """Seconds per epoch on this CPU, or None without a timed training batch."""
-        if self.train_step_s is None or not self.train_batches:
-            return None
-        val = (self.val_step_s or 0.0) * (self.val_batches or 0)
-        return self.train_step_s * self.train_batches + val
-
-    @property
-    def val_ratio(self) -> float:
-        """Validation time per epoch over training time per epoch, as measured."""
-        if not self.train_step_s or not self.train_batches or not self.val_step_s:
-            return 0.0
-        return (self.val_step_s * (self.val_batches or 0)) / (
-            self.train_step_s * self.train_batches)
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,6 @@ def load_results(run_dir_or_storage_url: str | Path, study: str | None = None):
 def write_study_report(study: optuna.Study, out_dir: str | Path,
                        formats: Iterable[str] = tuple(writers.FORMATS)) -> list[Path]:
     """Write the report of an open study into ``out_dir``; return the paths written."""
-    from hpsearch import __version__
+    from hpsearch.version import __version__
 
     return writers.write(report_of_study(study), out_dir, formats, version=__version__)

@@ -260,7 +260,7 @@ class StudyRecorder:
         # The dashboard then labels the objective `val_loss`, not "Objective 0".
         with _accepting_experimental("set_metric_names"):
             self.study.set_metric_names([config.objective.metric])
-        from hpsearch import __version__
+        from hpsearch.version import __version__
 
         self.study.set_user_attr(keys.ATTR_HPSEARCH_VERSION, __version__)
         self._study_id = self.storage.get_study_id_from_name(config.name)
