@@ -236,8 +236,6 @@ def _next_session(tune_dir: Path) -> str:
 #: block with the traceback whenever an object ref holding a trial's error is collected;
 #: hpsearch says what failed in one line of its own.
 _FILE_ONLY_LOGGERS = ("ray.tune", "ray.train", "ray._private.worker")
-#: Each file-only logger's (level, propagate) before the run, restored after it.
-_saved_loggers: dict[str, tuple[int, bool]] = {}
 
 
 class _LogFile(logging.FileHandler):
@@ -252,16 +250,19 @@ class _LogFile(logging.FileHandler):
 
 
 def _attach_log(run_dir: Path) -> logging.Handler:
+    """Send hpsearch's and Ray's records to the run's ``hpsearch.log`` (the loggers'
+    settings are put back by :class:`_ProcessState` when the run ends)."""
     handler = _LogFile(run_dir / "hpsearch.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("hpsearch").addHandler(handler)
     logging.getLogger("hpsearch").setLevel(logging.INFO)
     for name in _FILE_ONLY_LOGGERS:
         logger = logging.getLogger(name)
-        _saved_loggers.setdefault(name, (logger.level, logger.propagate))
         logger.addHandler(handler)
         logger.setLevel(logging.WARNING)
         logger.propagate = False
+    # Optuna's per-trial INFO lines are the study's business, not the terminal's.
+    logging.getLogger("optuna").setLevel(logging.WARNING)
     # The new output engine ignores verbose=0 and prints its own tables.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     # hpsearch checks the objective itself (a trial that never logs it aborts the run
@@ -274,12 +275,50 @@ def _attach_log(run_dir: Path) -> logging.Handler:
 def _detach_log(handler: logging.Handler) -> None:
     logging.getLogger("hpsearch").removeHandler(handler)
     for name in _FILE_ONLY_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.removeHandler(handler)
-        level, propagate = _saved_loggers.pop(name, (logging.NOTSET, True))
-        logger.setLevel(level)
-        logger.propagate = propagate
+        logging.getLogger(name).removeHandler(handler)
     handler.close()
+
+
+class _ProcessState:
+    """Everything process-wide a run changes, put back as it was when the run ends.
+
+    A run sets environment variables (its own, and Ray's: ``PYTHONBREAKPOINT``, ...),
+    routes loggers to its log file, installs signal handlers and may capture warnings
+    into logging; :func:`run` restores all of it, so two runs in one interpreter (a
+    notebook) leave the process as they found it.
+    """
+
+    LOGGERS = ("hpsearch", "ray", "optuna", *_FILE_ONLY_LOGGERS)
+
+    def __enter__(self) -> "_ProcessState":
+        import warnings
+
+        self.environ = dict(os.environ)
+        self.loggers = {name: (logging.getLogger(name).level,
+                               logging.getLogger(name).propagate)
+                        for name in self.LOGGERS}
+        self.captured = getattr(logging, "_warnings_showwarning", None) is not None
+        self.showwarning = warnings.showwarning
+        self.signals = {}
+        if threading.current_thread() is threading.main_thread():
+            self.signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        import warnings
+
+        for key in set(os.environ) - set(self.environ):
+            del os.environ[key]
+        os.environ.update(self.environ)
+        for name, (level, propagate) in self.loggers.items():
+            logging.getLogger(name).setLevel(level)
+            logging.getLogger(name).propagate = propagate
+        if not self.captured:
+            logging.captureWarnings(False)
+        warnings.showwarning = self.showwarning
+        for sig, handler in self.signals.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -472,6 +511,15 @@ def run(
         DiskFull: A write failed for lack of space; the run stopped cleanly and
             ``resume`` continues it once space is freed.
     """
+    with _ProcessState():
+        return _run(source, overrides, run_dir, emit=emit,
+                    progress_interval_s=progress_interval_s, backend=backend,
+                    trainable=trainable)
+
+
+def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
+         trainable) -> RunResult:
+    """:func:`run`'s work, inside the process state it restores."""
     from hpsearch.money import pricing
     from hpsearch.money.ledger import Ledger
 

@@ -38,7 +38,6 @@ from hpsearch.core.lifecycle import TrialState as TState
 from hpsearch.core.ports import EpochReport, TrialHistory
 from hpsearch.errors import ConfigError
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 log = logging.getLogger(__name__)
 
 #: Trial states that count as finished.
