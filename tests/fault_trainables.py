@@ -91,3 +91,24 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+class CurveMLP(SlowMLP):
+    """The digits MLP that also logs a scripted objective, ``score = quality x (1 -
+    0.5^epoch)``: the same curve in every run, whatever the machine, so that two runs
+    can be compared decision by decision."""
+
+    def __init__(self, quality: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.quality = quality
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("score", self.quality * (1.0 - 0.5 ** (self.current_epoch + 1)))
+        super().on_validation_epoch_end()
+
+
+def scripted_curve(params: dict[str, Any]):
+    """The slowed digits MLP whose objective ``score`` follows ``params['quality']``."""
+    model = CurveMLP(float(params["quality"]), sleep_s=float(params.get("sleep_s", 0.0)),
+                     **_model_kwargs(params))
+    return model, digits.DigitsData()
