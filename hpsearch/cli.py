@@ -57,7 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hpsearch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (_add_run, _add_resume, _add_repair, _add_catalog, _add_plan, _add_validate,
+                _add_report, _add_dashboard, _add_doctor):
+        add(sub)
+    return parser
 
+
+def _add_run(sub) -> None:
     run = sub.add_parser(
         "run",
         help="run (or continue) a search described by a space.yaml",
@@ -74,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(run)
     _add_progress(run)
 
+
+def _add_resume(sub) -> None:
     resume = sub.add_parser(
         "resume",
         help="resume a run dir after its driver stopped (Ctrl-C, crash, SIGKILL)",
@@ -88,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(resume)
     _add_progress(resume)
 
+
+def _add_repair(sub) -> None:
     repair = sub.add_parser(
         "repair",
         help="repair a run dir's ledger.jsonl after a damaged line (keeps a backup)",
@@ -102,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("run_dir", metavar="RUN_DIR")
 
+
+def _add_catalog(sub) -> None:
     catalog = sub.add_parser(
         "catalog",
         help="list the price catalogue's offers, cheapest first",
@@ -115,8 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     catalog.add_argument("--catalog", metavar="FILE",
                          help="a CSV extending or overriding the packaged catalogue")
 
-    _add_plan(sub)
 
+def _add_validate(sub) -> None:
     validate = sub.add_parser(
         "validate",
         help="check a space.yaml (and its trainable path) without running anything",
@@ -129,6 +141,8 @@ def _parser() -> argparse.ArgumentParser:
         help="do not import the trainable (skips the check of its path; fast)",
     )
 
+
+def _add_report(sub) -> None:
     report = sub.add_parser(
         "report",
         help="write the cost/accuracy report of a run (HTML, CSV, JSON, Markdown)",
@@ -150,6 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--study", metavar="NAME",
                         help="the study, if the storage holds several")
 
+
+def _add_dashboard(sub) -> None:
     dashboard = sub.add_parser(
         "dashboard",
         help="serve a run's study in optuna-dashboard until Ctrl-C",
@@ -164,6 +180,8 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--host", default="127.0.0.1",
                            help="address to listen on (default 127.0.0.1)")
 
+
+def _add_doctor(sub) -> None:
     doctor = sub.add_parser(
         "doctor",
         help="check this machine (and a Ray cluster) before a run: torch/CUDA, GPUs, "
@@ -190,7 +208,6 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true",
                         help="print the checks as a JSON list of {name, status, message, "
                              "fix}")
-    return parser
 
 
 def _add_progress(parser: argparse.ArgumentParser) -> None:

@@ -194,79 +194,88 @@ class _SavedTensors:
         return max(self.storages.values(), default=0)
 
 
-def _callback(built: Any):
-    class Probe(built.api.Callback):
-        def __init__(self) -> None:
-            self.saved: _SavedTensors | None = None
-            self.activations_bytes = 0
-            self.largest_activation_bytes = 0
-            self.batch_size: int | None = None
-            self.train_start: dict[int, float] = {}
-            self.train_end: dict[int, float] = {}
-            self.val_start: dict[int, float] = {}
-            self.val_end: dict[int, float] = {}
-            self.started_at: float | None = None
-            self.train_batches: int | None = None
-            self.val_batches: int | None = None
-            self.train_samples: int | None = None
-            self.optimizer = "none"
-            self.optimizer_bytes = 0
+class ProbeCallback:
+    """The probe's Lightning hooks (mixed into the trainable's package's ``Callback`` by
+    :func:`hpsearch.adapters.trial.callbacks.make`): times each batch, measures what
+    autograd saves in the first step and the optimizer's state after it.
 
-        def on_train_start(self, trainer, pl_module) -> None:
-            self.started_at = time.perf_counter()
-            # The loaders the fit uses, whichever shape build() handed them over in.
-            loader = trainer.train_dataloader
-            self.train_batches = _length(loader)
-            self.train_samples = _length(getattr(loader, "dataset", None))
-            try:
-                val = _val_loader(built)
-            except Exception:  # no validation data
-                val = None
-            self.val_batches = _length(val) if val is not None else 0
+    Args:
+        built: What ``build`` returned, understood (its data shape, for the loaders).
+    """
 
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if batch_idx == 0:
-                self.batch_size = _batch_size(batch)
-                self.saved = _SavedTensors(pl_module).__enter__()
-            self.train_start[batch_idx] = time.perf_counter()
+    def __init__(self, built: Any) -> None:
+        self.built = built
+        self.saved: _SavedTensors | None = None
+        self.activations_bytes = 0
+        self.largest_activation_bytes = 0
+        self.batch_size: int | None = None
+        self.train_start: dict[int, float] = {}
+        self.train_end: dict[int, float] = {}
+        self.val_start: dict[int, float] = {}
+        self.val_end: dict[int, float] = {}
+        self.started_at: float | None = None
+        self.train_batches: int | None = None
+        self.val_batches: int | None = None
+        self.train_samples: int | None = None
+        self.optimizer = "none"
+        self.optimizer_bytes = 0
 
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            self.train_end[batch_idx] = time.perf_counter()
-            if batch_idx == 0 and self.saved is not None:
-                self.saved.__exit__(None, None, None)
-                self.activations_bytes = self.saved.total_bytes
-                self.largest_activation_bytes = self.saved.largest_bytes
-                self.saved = None
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.started_at = time.perf_counter()
+        # The loaders the fit uses, whichever shape build() handed them over in.
+        loader = trainer.train_dataloader
+        self.train_batches = _length(loader)
+        self.train_samples = _length(getattr(loader, "dataset", None))
+        try:
+            val = _val_loader(self.built)
+        except Exception:  # no validation data
+            val = None
+        self.val_batches = _length(val) if val is not None else 0
 
-        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx,
-                                      dataloader_idx=0) -> None:
-            self.val_start[batch_idx] = time.perf_counter()
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == 0:
+            self.batch_size = _batch_size(batch)
+            self.saved = _SavedTensors(pl_module).__enter__()
+        self.train_start[batch_idx] = time.perf_counter()
 
-        def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx,
-                                    dataloader_idx=0) -> None:
-            self.val_end[batch_idx] = time.perf_counter()
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.train_end[batch_idx] = time.perf_counter()
+        if batch_idx == 0 and self.saved is not None:
+            self.unhook()
 
-        def on_train_end(self, trainer, pl_module) -> None:
-            optimizers = trainer.optimizers
-            if optimizers:
-                self.optimizer = " + ".join(type(o).__name__ for o in optimizers)
-                total = 0
-                for opt in optimizers:
-                    for state in opt.state.values():
-                        for value in state.values():
-                            if hasattr(value, "nbytes") and hasattr(value, "untyped_storage"):
-                                total += int(value.nbytes)
-                self.optimizer_bytes = total
+    def unhook(self) -> None:
+        """Stop recording what autograd saves (after the first step, or if it raised)."""
+        if self.saved is None:
+            return
+        self.saved.__exit__(None, None, None)
+        self.activations_bytes = self.saved.total_bytes
+        self.largest_activation_bytes = self.saved.largest_bytes
+        self.saved = None
 
-        def step_s(self, start: dict[int, float], end: dict[int, float],
-                   first: int) -> tuple[float | None, int]:
-            """Mean seconds per batch from batch ``first`` on (start to start)."""
-            indices = sorted(i for i in start if i >= first and i in end)
-            if not indices:
-                return None, 0
-            return (end[indices[-1]] - start[indices[0]]) / len(indices), len(indices)
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx,
+                                  dataloader_idx=0) -> None:
+        self.val_start[batch_idx] = time.perf_counter()
 
-    return Probe()
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx,
+                                dataloader_idx=0) -> None:
+        self.val_end[batch_idx] = time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        optimizers = trainer.optimizers
+        if optimizers:
+            self.optimizer = " + ".join(type(o).__name__ for o in optimizers)
+            self.optimizer_bytes = sum(
+                int(value.nbytes) for opt in optimizers for state in opt.state.values()
+                for value in state.values()
+                if hasattr(value, "nbytes") and hasattr(value, "untyped_storage"))
+
+    def step_s(self, start: dict[int, float], end: dict[int, float],
+               first: int) -> tuple[float | None, int]:
+        """Mean seconds per batch from batch ``first`` on (start to start)."""
+        indices = sorted(i for i in start if i >= first and i in end)
+        if not indices:
+            return None, 0
+        return (end[indices[-1]] - start[indices[0]]) / len(indices), len(indices)
 
 
 def _val_loader(built: Any) -> Any:
@@ -310,7 +319,6 @@ def probe(trainable: Any, params: Mapping[str, Any], *, precision: str = "fp32",
     """
     import torch
 
-    from hpsearch.adapters.trial import lightning_api
     from hpsearch.spec.trainable import display_name, resolve
 
     if callable(trainable):
@@ -323,71 +331,74 @@ def probe(trainable: Any, params: Mapping[str, Any], *, precision: str = "fp32",
         logging.getLogger(name).setLevel(logging.ERROR)
     torch.set_num_threads(max(1, threads))
     try:
-        with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="hps-plan-") as tmp:
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            lightning_api.seed_everything(seed)
-            t0 = time.perf_counter()
-            try:
-                returned = build(dict(params))
-            except Exception as exc:
-                raise ConfigError("trainable", f"building it at the probed configuration "
-                                  f"raised {type(exc).__name__}: {exc}", shown) from None
-            try:
-                built = lightning_api.interpret(returned)
-            except lightning_api.ShapeError as exc:
-                raise ConfigError("trainable", str(exc), shown) from None
-            module = built.module
-            callback = _callback(built)
-            trainer = built.api.Trainer(
-                accelerator="cpu", devices=1, precision=PROBE_PRECISION[precision],
-                max_epochs=1, limit_train_batches=probe_batches + 1,
-                limit_val_batches=probe_batches, num_sanity_val_steps=0, logger=False,
-                enable_checkpointing=False, enable_progress_bar=False,
-                enable_model_summary=False, callbacks=[callback], default_root_dir=tmp,
-            )
-            try:
-                trainer.fit(module, **built.fit_kwargs())
-            except Exception as exc:
-                raise ConfigError("trainable", "training at the probed configuration "
-                                  f"failed: {type(exc).__name__}: {exc}", shown) from None
-            finally:
-                if callback.saved is not None:  # the first step raised: unhook autograd
-                    callback.saved.__exit__(None, None, None)
-                    callback.saved = None
-            setup_s = (callback.started_at or time.perf_counter()) - t0
+            module, callback, setup_s = _fit_probe(build, shown, params, precision,
+                                                   probe_batches, seed)
     finally:
         torch.set_num_threads(previous_threads)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+    return _figures(module, callback, params, setup_s, precision, threads)
+
+
+def _fit_probe(build: Any, shown: str, params: Mapping[str, Any], precision: str,
+               probe_batches: int, seed: int) -> tuple[Any, ProbeCallback, float]:
+    """Build and train the probe's batches: ``(module, callback, setup seconds)``."""
+    from hpsearch.adapters.trial import callbacks, lightning_api
+
+    lightning_api.seed_everything(seed)
+    t0 = time.perf_counter()
+    try:
+        returned = build(dict(params))
+    except Exception as exc:
+        raise ConfigError("trainable", f"building it at the probed configuration "
+                          f"raised {type(exc).__name__}: {exc}", shown) from None
+    try:
+        built = lightning_api.interpret(returned)
+    except lightning_api.ShapeError as exc:
+        raise ConfigError("trainable", str(exc), shown) from None
+    callback = callbacks.make(built.api, ProbeCallback, built)
+    with tempfile.TemporaryDirectory(prefix="hps-plan-") as tmp:
+        trainer = built.api.Trainer(
+            accelerator="cpu", devices=1, precision=PROBE_PRECISION[precision],
+            max_epochs=1, limit_train_batches=probe_batches + 1,
+            limit_val_batches=probe_batches, num_sanity_val_steps=0, logger=False,
+            enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, callbacks=[callback], default_root_dir=tmp)
+        try:
+            trainer.fit(built.module, **built.fit_kwargs())
+        except Exception as exc:
+            raise ConfigError("trainable", "training at the probed configuration "
+                              f"failed: {type(exc).__name__}: {exc}", shown) from None
+        finally:
+            callback.unhook()  # the first step raised: unhook autograd
+    return built.module, callback, (callback.started_at or time.perf_counter()) - t0
+
+
+def _figures(module: Any, callback: ProbeCallback, params: Mapping[str, Any],
+             setup_s: float, precision: str, threads: int) -> ProbeFigures:
+    """What the probe measured, as :class:`ProbeFigures`."""
     train_s, n_train = callback.step_s(callback.train_start, callback.train_end, 1)
     if train_s is None:  # a single batch: time it, hooks and warm-up included
         train_s, n_train = callback.step_s(callback.train_start, callback.train_end, 0)
     val_s, _ = callback.step_s(callback.val_start, callback.val_end, 0)
     parameters = list(module.parameters())
     n_params = sum(p.numel() for p in parameters)
-    n_trainable = sum(p.numel() for p in parameters if p.requires_grad)
     param_bytes = sum(p.numel() * p.element_size() for p in parameters)
     train_samples = callback.train_samples
     if train_samples is None and callback.train_batches and callback.batch_size:
         train_samples = callback.train_batches * callback.batch_size
     return ProbeFigures(
-        params=dict(params),
-        n_params=n_params,
-        n_trainable=n_trainable,
+        params=dict(params), n_params=n_params,
+        n_trainable=sum(p.numel() for p in parameters if p.requires_grad),
         weight_bytes=param_bytes / n_params if n_params else 4.0,
-        optimizer=callback.optimizer,
-        optimizer_bytes=float(callback.optimizer_bytes),
+        optimizer=callback.optimizer, optimizer_bytes=float(callback.optimizer_bytes),
         activations_bytes=float(callback.activations_bytes),
-        batch_size=callback.batch_size,
-        train_batches=callback.train_batches,
-        val_batches=callback.val_batches,
-        train_samples=train_samples,
-        train_step_s=train_s,
-        val_step_s=val_s,
-        setup_s=setup_s,
-        threads=max(1, threads),
-        cpu_gflops=cpu_gflops(precision, max(1, threads)),
-        precision=precision,
-        measured_batches=n_train,
+        batch_size=callback.batch_size, train_batches=callback.train_batches,
+        val_batches=callback.val_batches, train_samples=train_samples,
+        train_step_s=train_s, val_step_s=val_s, setup_s=setup_s,
+        threads=max(1, threads), cpu_gflops=cpu_gflops(precision, max(1, threads)),
+        precision=precision, measured_batches=n_train,
         largest_activation_bytes=float(callback.largest_activation_bytes),
     )
