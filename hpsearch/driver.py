@@ -332,7 +332,8 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
     """The study's finished trials, best first (COMPLETE, then PRUNED, then FAIL)."""
     from optuna.trial import TrialState
 
-    sign = -1.0 if study.direction.name == "MAXIMIZE" else 1.0
+    # Best first: the lowest key, so higher-is-better scores are negated.
+    sign = -config_mod.mode_sign("max" if study.direction.name == "MAXIMIZE" else "min")
     order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1, TrialState.FAIL: 2}
     rows = []
     for t in study.get_trials(deepcopy=False):
@@ -733,6 +734,8 @@ class _Session:
         self.accountant = Accountant(price, config.budget, ledger, config.max_epochs,
                                      backend.clock)
         self.stop_reason: str | None = None
+        #: The budget closed the session (more money continues it).
+        self.budget_closed = False
         self.signals = signals or _Signals()
 
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
@@ -948,6 +951,8 @@ class _Session:
         with _SignalsHeld():
             self.accountant.ledger.close_all(self.backend.clock(), FAILED)
         self.stop_reason = core.stop_reason
+        self.budget_closed = (core.closed_by_budget
+                              or self.accountant.run_stop_reason() is not None)
         if core.abort is not None:
             raise core.abort
         if interrupted:
@@ -1024,7 +1029,7 @@ class _Session:
             + (f" of budget.max_cost {fmt_money(cap, currency)}" if cap is not None else ""))
         if self.stop_reason:
             hint = (" Raise the budget and run the same command again to continue the "
-                    "study." if "budget." in self.stop_reason else "")
+                    "study." if self.budget_closed else "")
             out(f"Stopped early: {self.stop_reason}.{hint}")
         try:
             from hpsearch.adapters.optuna.results import write_study_report

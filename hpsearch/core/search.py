@@ -116,6 +116,8 @@ class SearchCore:
         self.queue: deque[int] = deque()  # trials to start again before anything new
         self.live: set[int] = set()  # trials handed to a worker and not yet gone
         self.closed_reason: str | None = None
+        #: The budget (not a missing node kind) closed the session: more money goes on.
+        self.closed_by_budget = False
         self.trial_log = trial_log or (lambda number: None)
         self.watch = FailFast(fail_fast)
         #: The session's trials that failed for good, in the order they ended.
@@ -170,6 +172,7 @@ class SearchCore:
             reason = stop if stop is not None else verdict.reason
             if self.closed_reason is None:
                 self.closed_reason = reason
+                self.closed_by_budget = True
             return self._idle(reason)
         number = self._next_number(verdict is None or verdict.admission is Admission.ADMIT)
         if number is None:

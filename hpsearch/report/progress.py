@@ -54,9 +54,9 @@ class Tally:
             self.failed += 1
 
     def is_better(self, value: float) -> bool:
-        if self.best_value is None:
-            return True
-        return value > self.best_value if self.mode == "max" else value < self.best_value
+        from hpsearch.spec.config import better
+
+        return self.best_value is None or better(value, self.best_value, self.mode)
 
 
 @dataclass

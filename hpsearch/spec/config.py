@@ -949,3 +949,24 @@ def sqlite_file(url: str) -> Path | None:
     if url.startswith("sqlite:///"):
         return Path(url[len("sqlite:///"):])
     return None
+
+
+def mode_sign(mode: str) -> float:
+    """``+1`` for ``max``, ``-1`` for ``min``: ``sign x value`` is higher-is-better.
+
+    The one place the objective's direction becomes arithmetic; every comparison of
+    objective values goes through it (or :func:`better`).
+
+    Raises:
+        ValueError: ``mode`` is neither ``max`` nor ``min``.
+    """
+    if mode == "max":
+        return 1.0
+    if mode == "min":
+        return -1.0
+    raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+
+
+def better(a: float, b: float, mode: str) -> bool:
+    """Whether objective value ``a`` is strictly better than ``b`` in direction ``mode``."""
+    return mode_sign(mode) * a > mode_sign(mode) * b
