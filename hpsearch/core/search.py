@@ -79,6 +79,11 @@ BUDGET = "budget"
 class SearchCore:
     """Owns the trials of one search session (see the module docstring).
 
+    Longer than the project's ~250-line rule for a class, on purpose: it is the one
+    owner of every trial's life, and its public methods are the lifecycle's events (each
+    short); splitting it would spread one state machine, and the invariants between its
+    queue, its live set and the lifecycle table, over several objects.
+
     Args:
         study: The study of record.
         accountant: The run's money (ledger, runtime model, budget).
