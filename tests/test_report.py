@@ -86,6 +86,149 @@ HAND = [
 ]
 
 
+# -- money from the ledger's statement: nodes, idle, savings that are true ----------------
+
+from hpsearch.money.ledger import DONE, PREEMPTED, STOPPED  # noqa: E402
+from hpsearch.money.nodes import NodeSpec  # noqa: E402
+from hpsearch.money.pricing import Price  # noqa: E402
+from hpsearch.money.statement import statement  # noqa: E402
+
+T0 = 1_700_000_000.0
+RUN = Price(18.0, "USD", "aws:p4d.24xlarge", True, 36.0, 0.5, 1, 60)
+
+
+def node_study(ledger, now, max_epochs=4):
+    """Study info carrying the ledger's statement, as a real run writes it."""
+    info = study_info(max_epochs=max_epochs)
+    info["user_attrs"][keys.ATTR_MONEY] = statement(ledger, now).attrs()
+    return info
+
+
+def trial_attrs(ledger, number, epochs, epoch_s, now):
+    m = ledger.trial_money(number, now)
+    return {**m.attrs(), keys.ATTR_EPOCHS: epochs,
+            keys.ATTR_EPOCH_TIMES: [epoch_s] * epochs}
+
+
+def short_trials(min_billing_s, spot=False, pruned=(1, 2)):
+    """Three trials of 1 s epochs back to back on a node of 2 slots (0.01/s): trial 0
+    trains its 4 epochs, the others are pruned after 1."""
+    ledger = Ledger()
+    ledger.rent(NodeSpec("n", "aws:p4d.24xlarge", spot, 36.0, "USD", cpus=2,
+                         granularity_s=1, min_billing_s=min_billing_s), T0)
+    records, t = [], T0 + 2.0  # the driver starts for 2 s
+    for k in range(3):
+        epochs = 1 if k in pruned else 4
+        ledger.open(k, t, RUN, node="n", share=0.5)
+        ledger.close(k, t + epochs, STOPPED if k in pruned else DONE)
+        state = "PRUNED" if k in pruned else "COMPLETE"
+        records.append(record(k, state, None if k in pruned else 0.9,
+                              [0.5] * epochs, when=k, **trial_attrs(ledger, k, epochs,
+                                                                    1.0, t + epochs)))
+        t += epochs
+    ledger.release("n", t + 1.0)
+    return ledger, records, t + 1.0
+
+
+def test_a_60_s_minimum_with_trials_of_a_few_seconds_shows_no_fictional_saving():
+    ledger, records, end = short_trials(min_billing_s=60)
+    built = report.build(records, node_study(ledger, end))
+    s = built.summary
+    assert s["total_cost"] == pytest.approx(0.60)  # 9 s rented, 60 s billed, once
+    assert s["kept_cost"] == pytest.approx(6 * 0.005)  # 6 trial-seconds at half the node
+    assert s["idle_cost"] == pytest.approx(0.60 - 0.03)
+    assert s["kept_cost"] + s["wasted_cost"] + s["idle_cost"] == pytest.approx(s["total_cost"])
+    pruning = s["savings_vs_no_pruning"]
+    assert pruning["n_scaled"] == 2
+    # Six more trial-seconds at packing 0.5: 12 s more of the node, still in its minute.
+    assert pruning["amount"] == 0.0 and pruning["share"] == 0.0
+    assert pruning["baseline_cost"] == pytest.approx(0.60)
+    lines = dict(writers.summary_lines(built))
+    assert lines["Saved by pruning (estimate)"] == "0 USD (0.0% of 0.6000 USD)"
+    assert lines["Spent"] == ("0.6000 USD: work kept 0.0300 USD, wasted 0 USD, idle "
+                              "0.5700 USD")
+    # The per-trial arithmetic of before scaled each pruned trial's share 4x.
+    legacy = report.savings_vs_no_pruning(built.trials, 4)
+    assert legacy["amount"] > 0
+
+
+def test_without_a_minimum_pruning_saves_the_node_time_the_work_would_have_taken():
+    ledger, records, end = short_trials(min_billing_s=0)
+    s = report.build(records, node_study(ledger, end)).summary
+    assert s["total_cost"] == pytest.approx(0.09)  # 9 s of the node
+    (node,) = s["nodes"]
+    packing = 6 * 0.5 / 6  # 3 share-seconds over the 6 s trials ran
+    extra = 2 * 0.5 * 3 * 1.0 / packing  # two trials' 3 more epochs, at that packing
+    assert s["savings_vs_no_pruning"]["amount"] == pytest.approx(extra * 0.01)
+    assert s["savings_vs_on_demand"]["amount"] == 0.0  # no spot node: nothing saved
+    assert node["idle_share"] == pytest.approx((0.09 - 0.03) / 0.09)
+
+
+def test_budget_stopped_trials_are_not_counted_as_pruned():
+    ledger, records, end = short_trials(min_billing_s=0)
+    for r in records[1:]:
+        r["state"] = "RUNNING"
+        r["user_attrs"][keys.ATTR_LIFECYCLE] = "budget_stopped"
+    built = report.build(records, node_study(ledger, end))
+    assert [r["state"] for r in built.trials] == ["COMPLETE", "BUDGET_STOPPED",
+                                                  "BUDGET_STOPPED"]
+    assert built.summary["n_by_state"]["BUDGET_STOPPED"] == 2
+    assert built.summary["savings_vs_no_pruning"]["amount"] == 0.0
+
+
+def test_spot_saving_reprices_the_node_and_counts_lost_work_and_restarts():
+    ledger = Ledger()
+    ledger.rent(NodeSpec("s", "aws:x", True, 3.6, "USD", cpus=1), T0)  # 0.001/s
+    ledger.open(0, T0, RUN, node="s", share=1.0)
+    ledger.checkpoint(0, T0 + 40)
+    ledger.close(0, T0 + 60, PREEMPTED)  # 20 s lost
+    ledger.open(0, T0 + 60, RUN, node="s", share=1.0)
+    ledger.startup(0, 10.0)  # the restart
+    ledger.close(0, T0 + 100, DONE)
+    ledger.release("s", T0 + 100)
+    info = node_study(ledger, T0 + 100)
+    records = [record(0, "COMPLETE", 0.9, [0.9] * 4, when=1,
+                      **trial_attrs(ledger, 0, 4, 20.0, T0 + 100))]
+    catalog = catalog_mod.Catalog([catalog_mod.Offer(
+        "aws", "x", "T4", 1, 16, 4, "", "USD", 0.0036, 0.0036 / 3, "", 1, 0, "test", "")])
+    s = report.build(records, info, catalog=catalog).summary
+    spot = s["savings_vs_on_demand"]
+    # On demand: no preemption, so 100 - 20 lost - 10 restarting = 70 s at 3x the price.
+    assert spot["baseline_cost"] == pytest.approx(70 * 0.003)
+    assert spot["amount"] == pytest.approx(70 * 0.003 - 0.1)
+    assert spot["n_repriced"] == 1 and s["wasted_cost"] == pytest.approx(0.02)
+    # At a ratio that spot barely beats, the waste makes it dearer: said as such.
+    dear = catalog_mod.Catalog([catalog_mod.Offer(
+        "aws", "x", "T4", 1, 16, 4, "", "USD", 0.0036 * 1.2, 0.0036, "", 1, 0, "test", "")])
+    worse = report.build(records, info, catalog=dear).summary["savings_vs_on_demand"]
+    assert worse["amount"] == pytest.approx(70 * 0.0012 - 0.1) and worse["amount"] < 0
+    text = writers._estimate_text(worse, "USD")
+    assert text.startswith("none: it cost 0.0160 USD more than")
+
+
+def test_idle_over_time_and_the_node_table():
+    ledger, records, end = short_trials(min_billing_s=60)
+    built = report.build(records, node_study(ledger, end))
+    (series,) = built.idle_over_time
+    assert series["t_s"][0] == 0.0 and series["idle_cost"][0] == 0.0
+    assert series["idle_cost"][1] == pytest.approx(0.02)  # the 2 s before the first trial
+    assert series["idle_cost"][-1] == pytest.approx(built.summary["idle_cost"])
+    header, rows = writers.node_table(built)
+    assert header[:3] == ["node", "instance", "kind"] and len(rows) == 1
+    assert rows[0][4] == "60" and rows[0][-1] == "3"
+    assert "## Money by node" in writers.markdown(built)
+    doc = writers.json_document(built)
+    assert doc["idle_over_time"][0]["idle_cost"][-1] == pytest.approx(0.57)
+
+
+def test_a_study_from_before_node_billing_keeps_the_per_trial_estimates():
+    built = report.build(HAND, study_info())
+    s = built.summary
+    assert s["idle_cost"] is None and s["nodes"] == [] and built.idle_over_time == []
+    assert s["savings_vs_no_pruning"]["method"] == report.METHOD_NO_PRUNING
+    assert s["total_cost"] == pytest.approx(13.5)
+
+
 # -- the Pareto front --------------------------------------------------------------------
 
 POINTS = [  # (key, cost, value)

@@ -263,6 +263,15 @@ class Accountant:
         seconds = self.timing.new_trial_s()
         return None if seconds is None else seconds * self.price.per_second
 
+    def _own_cost(self) -> float | None:
+        """Expected money of a new trial billed on its own (no node): its seconds at the
+        run's price, rounded and at least the minimum, as such an interval is billed."""
+        seconds = self.timing.new_trial_s()
+        if seconds is None:
+            return None
+        return billed_seconds(seconds, self.price.billing_granularity_s,
+                              self.price.min_billing_s) * self.price.per_second
+
     def committed(self) -> float:
         """Expected money of the shares the running and waiting trials still need."""
         total = 0.0
@@ -286,8 +295,8 @@ class Accountant:
         spent + :meth:`committed` + the new trials' shares.
         """
         now, rented = self.clock(), self.ledger.rented()
-        if not rented:
-            return self.spent() + self.committed() + (self.new_trial_cost() or 0.0) * new_trials
+        if not rented and self.fleet is Fleet.HELD:
+            return self.spent() + self.committed() + (self._own_cost() or 0.0) * new_trials
         new_s = self.timing.new_trial_s() or 0.0
         base = self.ledger.spent(now) - sum(r.cost(now) for r in rented)
         waiting = len(self._pending) + new_trials
@@ -323,7 +332,7 @@ class Accountant:
         cap = self.limits.max_cost
         if cap is None:
             return AdmissionVerdict(Admission.ADMIT)
-        if not self.ledger.rented():
+        if self.fleet is Fleet.HELD and not self.ledger.rented():
             return self._share_admission(cap)
         projected = self.projected(1)
         if projected <= cap:
@@ -336,9 +345,9 @@ class Accountant:
         return self._refused(text)
 
     def _share_admission(self, cap: float) -> AdmissionVerdict:
-        """Admission of an accountant without nodes: trials' shares at the run's price."""
+        """Admission of an accountant without nodes: trials billed on their own."""
         spent, committed = self.spent(), self.committed()
-        expected = self.new_trial_cost()
+        expected = self._own_cost()
         if expected is None:
             # Nothing measured yet: admit while there is money left; the cap check at
             # each report bounds the overshoot.
