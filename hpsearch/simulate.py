@@ -140,6 +140,13 @@ class SimResult:
     def trial_busy_s(self, trial: int) -> float:
         return sum(s.end_s - s.start_s for s in self.segments if s.trial == trial)
 
+    @property
+    def last_busy_s(self) -> float:
+        """When the last worker left its last trial (``end_s`` may be later: it is the
+        time of the last event taken from the queue, a preemption of an attempt that had
+        already ended included)."""
+        return max((seg.end_s for seg in self.segments), default=0.0)
+
 
 #: The price of a simulated worker-hour unless one is given: 1 per hour, billed exactly
 #: (no rounding, no minimum), so money is busy time.
@@ -324,7 +331,7 @@ class _Simulation:
                 self.epoch_end(trial, epoch, attempt, now)
             self.fill(now)
         self.result.end_s = now
-        self.nodes.release_all(now)
+        self.nodes.release_all(self.result.last_busy_s)
         self.core.close()
         return self.result
 

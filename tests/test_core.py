@@ -177,6 +177,26 @@ def test_an_unplaceable_trial_fails_the_queue_and_stops_new_trials():
     assert study.attrs[0][keys.ATTR_ERROR] == "no spot node alive"
 
 
+def test_a_preempted_trial_that_cannot_be_placed_again_fails_instead_of_crashing():
+    class SpotGone:
+        active = True
+        gone = False
+
+        def choose(self):
+            return (None, "no spot node alive") if self.gone else (True, None)
+
+    placement = SpotGone()
+    core, study, clock, _ = make(n=1, placement=placement)
+    start(core)
+    epoch(core, 0, 1)
+    placement.gone = True  # its spot node was taken back, and no fallback is allowed
+    assert core.preempted(0, "node lost") is S.PREEMPTED
+    finished = core.next_start()
+    assert finished.kind is StartKind.FINISHED and finished.reason == "no spot node alive"
+    assert core.record(0).state is S.FAILED
+    assert study.states[0] is S.FAILED
+
+
 def test_waiting_for_a_spot_node_hands_nothing_out():
     class Later:
         active = True

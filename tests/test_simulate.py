@@ -447,3 +447,12 @@ def test_a_budget_at_a_60_s_minimum_with_5_s_trials_passes_by_at_most_one_epoch(
         if fleet is Fleet.PER_TRIAL:
             # Each 5 s trial rented its own worker: billed a whole minute, once.
             assert all(r.billed_s() == 60.0 for r in result.core.accountant.ledger.rentals)
+
+
+def test_a_fixed_cluster_is_released_when_its_last_trial_ends_not_at_a_stale_event():
+    # The preemption drawn for trial 0's only attempt lies long after it completed.
+    result = simulate([curve([10, 10])], [0], 1, NoPruning(),
+                      preemptions=ScriptedPreemptions({0: 500.0}), fleet=Fleet.HELD)
+    assert result.last_busy_s == 20.0 and result.end_s == 500.0
+    (rental,) = result.core.accountant.ledger.rentals
+    assert rental.end_s == 20.0

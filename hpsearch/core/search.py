@@ -242,8 +242,11 @@ class SearchCore:
         """No node of the required kind: queued trials fail, no new trial starts."""
         while self.queue:
             waiting = self.queue.popleft()
-            self._finish(self.trials.get(waiting), Event.FAILED, TrialState.FAILED,
-                         error=reason)
+            record = self.trials.get(waiting)
+            if record.state is not TrialState.PENDING:
+                # A preempted trial waiting to restart: it was about to start again.
+                self.trials.move(waiting, Event.RESUMED, TrialState.PENDING)
+            self._finish(record, Event.FAILED, TrialState.FAILED, error=reason)
             self.failures.append(Failure(waiting, reason, None))
         self.new_left = 0
         if self.closed_reason is None:
