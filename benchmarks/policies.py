@@ -11,7 +11,10 @@ to the end would find. Per run:
 * ``regret_pp``: pool best minus the best fully trained trial, at the end;
 * ``money``: the whole run's busy worker time x price;
 * ``x_oracle``: money to the hit over the cost of training only the best configuration;
-* ``wasted``: share of the money spent on trials that were not trained to the end.
+* ``wasted``: share of the money spent on trials that were not trained to the end;
+* ``money_to_hit_fixed`` / ``money_fixed``: the same search's money on a fixed cluster
+  of ``--workers`` nodes billed for its wall time (to the hit / to the end), idle or
+  not, beside the money above, where workers are released when idle (busy time).
 
 Quoted: hits over runs, and the median over the runs that hit of money to the hit as a
 share of no pruning's money to the hit on the same task and seed (``x_none``).
@@ -40,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import lcbench, peers
+from hpsearch.money.nodes import fleet_cost
 from hpsearch.simulate import Preemptions, SimResult, simulate
 
 TARGET_PP = 0.5
@@ -47,8 +51,9 @@ PRICE_PER_HOUR = 1.0  # the same for every policy: money is proportional to busy
 
 
 def run_metrics(pool: lcbench.Pool, result: SimResult,
-                price_per_hour: float = PRICE_PER_HOUR) -> dict:
-    """The figures of one simulated run (money in price units)."""
+                price_per_hour: float = PRICE_PER_HOUR, workers: int | None = None) -> dict:
+    """The figures of one simulated run (money in price units; with ``workers``, also on
+    a fixed cluster of that many nodes)."""
     finals = pool.finals()
     best = float(finals.max())
     target = best - TARGET_PP
@@ -75,6 +80,10 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
         "trained_fully": len(result.completed),
         "epochs": sum(result.epochs_done.values()),
         "sim_hours": result.end_s / 3600,
+        **({} if workers is None else {
+            "money_to_hit_fixed": (None if t_hit is None
+                                   else fleet_cost(workers, t_hit, price_per_hour)),
+            "money_fixed": fleet_cost(workers, result.last_busy_s, price_per_hour)}),
     }
 
 
@@ -119,7 +128,8 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                         if spot else None))
                     row = {"task": task, "seed": seed, "policy": policy, "market": market,
                            "n": n, "workers": workers,
-                           **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR),
+                           **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
+                                         workers),
                            "wall_s": time.perf_counter() - started}
                     rows.append(row)
                     if not spot:
@@ -131,6 +141,8 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                     # Every run, spot included, against no pruning on demand.
                     r["x_none"] = (r["money_to_hit"] / base["money_to_hit"]
                                    if base and r["hit"] and base["hit"] else None)
+                    r["x_none_fixed"] = (r["money_to_hit_fixed"] / base["money_to_hit_fixed"]
+                                         if base and r["hit"] and base["hit"] else None)
                     log(f"{task:18s} seed {seed} {r['market']:9s} {r['policy']:17s} hit "
                         f"{str(r['hit']):5s} x_none {fmt(r['x_none'])} "
                         f"regret {r['regret_pp']:.2f} pp")
@@ -152,7 +164,8 @@ def summarise(rows: list[dict], policies, market: str = "on-demand") -> list[dic
             return statistics.median(values) if values else None
 
         out.append({"policy": policy, "hits": len(hits), "runs": len(mine),
-                    "x_none": med("x_none"), "x_oracle": med("x_oracle"),
+                    "x_none": med("x_none"), "x_none_fixed": med("x_none_fixed"),
+                    "x_oracle": med("x_oracle"),
                     "regret_pp": med("regret_pp", mine), "wasted": med("wasted", mine),
                     "money_x_none": _money_ratio(rows, mine),
                     "lost_share": med("lost_share", mine),
@@ -189,14 +202,18 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None) -> str:
         f"Tasks {', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
         f"pools of {args.n}; {args.workers} workers; target = pool best - {TARGET_PP} pp.",
         "",
-        "| policy | hits | money to hit (x none, median of hits) | x oracle | "
-        "regret pp (median) | wasted share | whole run (x none) |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | hits | money to hit (x none, median of hits) | same, fixed cluster "
+        "(x none) | x oracle | regret pp (median) | wasted share | whole run (x none) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         lines.append(f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+                     f"{fmt(s.get('x_none_fixed'))} | "
                      f"{fmt(s['x_oracle'])} | {fmt(s['regret_pp'])} | {fmt(s['wasted'])} | "
                      f"{fmt(s['money_x_none'])} |")
+    lines += ["", f"Money to hit two ways: {args.workers} workers released when idle (busy "
+              f"time x price), and a fixed cluster of {args.workers} nodes billed for the "
+              "search's wall time to the hit, idle or not."]
     if any(s["policy"] == "cost_aware" for s in summary):
         beaten = dominated_by(summary, "cost_aware")
         lines += ["", "Peers both more often right and cheaper than cost_aware: "

@@ -188,7 +188,7 @@ def ray_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str,
             opened[event["trial"]] = event["start_s"]
         elif event["event"] == "close":
             busy += event["at_s"] - opened.pop(event["trial"])
-    return {"stopped": stopped, "busy_s": busy, "spent": result.spent}
+    return {"stopped": stopped, "busy_s": busy, "spent": result.spent, "kept": result.kept}
 
 
 def sim_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str) -> dict:

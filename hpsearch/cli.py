@@ -342,7 +342,7 @@ def _validate(args: argparse.Namespace) -> int:
     from hpsearch.spec import config as config_mod
 
     from hpsearch.money import pricing
-    from hpsearch.money.budget import fmt_money
+    from hpsearch.money.fmt import fmt_money
 
     config = config_mod.load(args.space, args.overrides)
     if config.storage is not None:
@@ -385,14 +385,25 @@ def _catalog(args: argparse.Namespace) -> int:
     def price(value: float | None) -> str:
         return "-" if value is None else f"{value:g}"
 
+    def vm(offer) -> str:
+        if not offer.gpu_only:
+            return "incl."
+        known = [v for v in (offer.vm_on_demand_per_hour, offer.vm_spot_per_hour)
+                 if v is not None]
+        return "+" + "/".join(f"{v:g}" for v in known) if known else "extra, unknown"
+
     rows = [[o.key, o.gpu_model or "-", str(o.gpu_count), price(o.gpu_memory_gb),
-             o.currency, price(o.on_demand_per_hour), price(o.spot_per_hour),
-             o.interruption_band or "-", f"{o.billing_granularity_s}s/min {o.min_billing_s}s",
+             o.currency, price(o.on_demand_per_hour), price(o.spot_per_hour), vm(o),
+             o.band, f"{o.billing_granularity_s}s/min {o.min_billing_s}s",
              o.region or "-", o.snapshot_date] for o in offers]
-    header = ["instance", "gpu", "n", "mem_gb", "cur", "on_demand/h", "spot/h", "interrupt",
-              "billing", "region", "snapshot"]
+    header = ["instance", "gpu", "n", "mem_gb", "cur", "on_demand/h", "spot/h", "vm/h",
+              "interrupt", "billing", "region", "snapshot"]
     for line in text_table(header, rows):
         print(line)
+    if any(o.gpu_only for o in offers):
+        print("vm/h: a GPU-only row's price leaves out the VM it is attached to (+ its "
+              "on-demand/spot price where the catalogue knows it); interrupt: AWS Spot "
+              "Instance Advisor band, unknown where the provider publishes none")
     return 0
 
 

@@ -37,7 +37,7 @@ from hpsearch.core.lifecycle import TrialState
 from hpsearch.core.placement import check_fits
 from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
                              RunFailed, RunInterrupted)
-from hpsearch.money.budget import fmt_money
+from hpsearch.money.fmt import fmt_money
 from hpsearch.money.ledger import FAILED
 from hpsearch.recovery import faults
 from hpsearch.report.progress import Progress, display_path, display_url, top_table
@@ -58,9 +58,13 @@ class RunResult:
         best_trial: The best COMPLETE trial (``optuna.trial.FrozenTrial``), or None.
         run_dir: Where the run's files are.
         storage_url: The Optuna storage URL (for ``optuna-dashboard``).
-        spent: Money the whole study has spent (all sessions), in ``currency``.
+        spent: Money the whole study has spent (all sessions), in ``currency``: what its
+            nodes billed (= ``kept + wasted + idle``).
         currency: The run's currency.
         stop_reason: Why the session stopped before ``n_trials`` (budget), or None.
+        kept: Of ``spent``, the trials' shares of their nodes for work kept.
+        wasted: Of ``spent``, the trials' shares paid for work lost (preemption, failure).
+        idle: Of ``spent``, paid capacity no trial used.
     """
 
     study: Any
@@ -70,6 +74,9 @@ class RunResult:
     spent: float = 0.0
     currency: str = "USD"
     stop_reason: str | None = None
+    kept: float = 0.0
+    wasted: float = 0.0
+    idle: float = 0.0
 
 
 def default_run_dir(name: str) -> Path:
@@ -463,6 +470,44 @@ class LightningBackend:
         return []
 
 
+def _check_minimum(config: config_mod.Config, price) -> None:
+    """A budget below one rental's minimum billing could start nothing: refuse it now."""
+    from hpsearch.money.nodes import billed_seconds
+
+    cap = config.budget.max_cost
+    minimum = billed_seconds(0.0, price.billing_granularity_s, price.min_billing_s) \
+        * price.instance_per_hour / 3600.0
+    if cap is not None and minimum > cap:
+        raise ConfigError(
+            "budget.max_cost", f"less than one rental's minimum billing: {price.instance}"
+            f"{' (spot)' if price.spot else ''} bills at least {price.min_billing_s} s, "
+            f"{fmt_money(minimum, price.currency)}", cap)
+
+
+def _demand(config: config_mod.Config):
+    from hpsearch.money.nodes import Demand
+
+    return Demand(config.resources.cpu, config.resources.gpu)
+
+
+def _trial_price(config: config_mod.Config, price, nodes: list[dict[str, Any]]):
+    """The run's price with a trial's share of its node as Ray divides it: the trial's
+    GPUs (or CPUs) over those of the largest node it fits, which is what it is billed
+    (see :meth:`hpsearch.money.nodes.Demand.share`); ``price`` unchanged without one."""
+    import dataclasses
+
+    from hpsearch.money.nodes import from_ray
+
+    demand = _demand(config)
+    specs = [spec for n in nodes if (spec := from_ray(n, price)) is not None
+             and demand.fits(spec)]
+    if not specs:
+        return price
+    largest = max(specs, key=lambda n: (n.gpus, n.cpus))
+    share = demand.share(largest)
+    return dataclasses.replace(price, share=share, per_hour=price.instance_per_hour * share)
+
+
 def _largest_node_cpus(nodes: list[dict[str, Any]]) -> float | None:
     cpus = [n.get("Resources", {}).get("CPU", 0.0) for n in nodes if n.get("Alive")]
     return max(cpus) if cpus else None
@@ -531,6 +576,9 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     elif function is not None:
         raise ConfigError("trainable", "a function object needs the default Lightning "
                           "backend", trainable)
+    # The run's nodes are billed from here: a local machine is rented for the run, and
+    # a cluster node already up is billed from the run's start.
+    started_s = backend.clock()
     config = _load_config(source, overrides, trainable)
     for warning in config.warnings:
         out(f"warning: {warning}")
@@ -540,7 +588,9 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     from hpsearch.adapters import nvml
 
     gpu = nvml.for_pricing(config)
-    currency = pricing.resolve(config, gpu=gpu).currency  # unknown instance: before anything starts
+    first = pricing.resolve(config, gpu=gpu)  # unknown instance: before anything starts
+    currency = first.currency
+    _check_minimum(config, first)
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
@@ -560,7 +610,8 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
         with _RaySession(config.cluster.address) as ray:
             nodes = ray.nodes()
             check_fits(config, nodes)
-            price = pricing.resolve(config, node_cpus=_largest_node_cpus(nodes), gpu=gpu)
+            price = _trial_price(config, pricing.resolve(
+                config, node_cpus=_largest_node_cpus(nodes), gpu=gpu), nodes)
             concurrency = _concurrency(config, ray.cluster_resources())
             started = True
             try:
@@ -568,7 +619,7 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
                     handler = _attach_log(run_path)
                     try:
                         session = _Session(config, run_path, url, price, ledger, out,
-                                           backend, signals, gpu)
+                                           backend, signals, gpu, started_s)
                         return session.run(continuing, concurrency, progress_interval_s)
                     finally:
                         _detach_log(handler)
@@ -630,6 +681,21 @@ def _interrupted_text(run_path: Path, unfinished: int | None = None) -> str:
 
 #: The ledger's file in the run dir.
 LEDGER_FILE = "ledger.jsonl"
+#: Seconds between two copies of the ledger's statement into the study during a run.
+MONEY_EVERY_S = 30.0
+#: Seconds the run's nodes are expected to stay rented after its last trial ends (Tune
+#: noticing the end, the session closing), counted by the budget (measured on a shared
+#: 2-core machine: 0.1-0.3 s from the last trial's end to the release).
+WRAP_UP_S = 1.0
+
+
+def _billing_terms(price) -> str:
+    """``billed per second, at least 60 s per rental``."""
+    unit = ("per second" if price.billing_granularity_s <= 1
+            else f"per {price.billing_granularity_s} s")
+    minimum = (f", at least {price.min_billing_s} s per rental"
+               if price.min_billing_s > price.billing_granularity_s else "")
+    return f"billed {unit}{minimum}"
 
 #: Stands in for the ``trainable`` key while a config given a function object validates.
 _FUNCTION_PLACEHOLDER = "hpsearch.spec.trainable:function_object"
@@ -721,8 +787,9 @@ class _Session:
 
     def __init__(self, config, run_path: Path, url: str, price, ledger,
                  out: Callable[[str], None], backend, signals: _Signals | None = None,
-                 gpu: Any = None):
+                 gpu: Any = None, started_s: float | None = None):
         from hpsearch.money.budget import Accountant
+        from hpsearch.money.nodes import Fleet
 
         self.config = config
         self.gpu = gpu
@@ -732,11 +799,17 @@ class _Session:
         self.out = out
         self.backend = backend
         self.accountant = Accountant(price, config.budget, ledger, config.max_epochs,
-                                     backend.clock)
+                                     backend.clock, demand=_demand(config),
+                                     fleet=Fleet.HELD, tail_s=WRAP_UP_S)
+        #: When the run started (the backend's clock): its nodes are billed from here.
+        self.started_s = backend.clock() if started_s is None else started_s
+        #: What earlier sessions spent (before this one rented anything).
+        self.spent_before = 0.0
         self.stop_reason: str | None = None
         #: The budget closed the session (more money continues it).
         self.budget_closed = False
         self.signals = signals or _Signals()
+        self._money_written_s: float | None = None
 
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
         import yaml
@@ -768,7 +841,7 @@ class _Session:
             return result
         finally:
             try:
-                recorder.study.set_user_attr(keys.ATTR_SPENT, self.accountant.spent())
+                self._write_money(recorder)
             except Exception:
                 if not failing:
                     raise
@@ -786,6 +859,10 @@ class _Session:
 
         config = self.config
         placement = Placement(config, self.price, ray.nodes, gpu=self.gpu)
+        self.spent_before = self.accountant.spent()
+        # This session's nodes: those up now billed from the run's start, later ones
+        # from when they join, each at its declared instance and kind.
+        self.accountant.watch_nodes(placement.billed_nodes, since_s=self.started_s)
         core = SearchCore(
             study=recorder, accountant=self.accountant,
             policy=_policy(config, recorder, self.accountant), max_epochs=config.max_epochs,
@@ -828,15 +905,18 @@ class _Session:
         progress = self._progress(progress_interval_s)
         core, placement, orphans, done_before = self._core(recorder, progress)
         paused = core.trials.in_state(TrialState.PAUSED)
+        stopped = list(core.budget_stopped)
         if continuing and (done_before or orphans):
             out(f"Continuing study '{config.name}' in {display_path(self.run_path)}: "
-                f"{done_before - len(paused)} trial(s) finished, "
-                f"{fmt_money(self.accountant.spent(), price.currency)} spent"
+                f"{done_before - len(paused) - len(stopped)} trial(s) finished, "
+                f"{fmt_money(self.spent_before, price.currency)} spent"
                 + (f"; resuming {len(orphans)} unfinished trial(s) "
                    f"({', '.join(map(str, orphans))}) from their checkpoints"
                    if orphans else "")
+                + (f"; {len(stopped)} stopped by budget ({', '.join(map(str, stopped))}) "
+                   f"resume first from their checkpoints, as money allows" if stopped else "")
                 + (f"; {len(paused)} paused" if paused else ""))
-        remaining = core.new_left + len(orphans)
+        remaining = core.new_left + len(orphans) + len(stopped)
         if remaining == 0 and not paused:
             out(f"The study already has {done_before} finished trial(s) >= "
                 f"search.n_trials ({config.search.n_trials}); raise it with "
@@ -866,13 +946,34 @@ class _Session:
         out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
             f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
         out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
-            f"{fmt_money(price.per_hour, price.currency)}/trial-hour; budget: {limits}")
+            f"{fmt_money(price.instance_per_hour, price.currency)}/node-hour, "
+            f"{_billing_terms(price)}; a trial pays its share "
+            f"({price.share:.3g} of the node: {fmt_money(price.per_hour, price.currency)}"
+            f"/trial-hour); budget: {limits}")
         if price.note:
             out(f"  ({price.note})")
         out(f"Run dir: {display_path(self.run_path)}   Study: "
             f"{display_url(self.url, self.run_path)}")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
+
+    def _heartbeat(self, recorder) -> Callable[[], None]:
+        """What runs after each controller step: the ledger's alive event and node watch,
+        and now and then the study's copy of the money (``money``, ``spent``)."""
+        def beat() -> None:
+            now = self.accountant.heartbeat()
+            if self._money_written_s is None or now - self._money_written_s >= MONEY_EVERY_S:
+                self._write_money(recorder)
+
+        return beat
+
+    def _write_money(self, recorder):
+        """Copy the ledger's statement into the study (what ``hpsearch report`` reads)."""
+        money = self.accountant.statement()
+        recorder.study.set_user_attr(keys.ATTR_MONEY, money.attrs())
+        recorder.study.set_user_attr(keys.ATTR_SPENT, money.total)
+        self._money_written_s = money.at_s
+        return money
 
     def _tuner(self, core, recorder, placement, attempts, progress, concurrency: int):
         """The Tuner: the core behind a searcher, a scheduler and a callback."""
@@ -906,7 +1007,7 @@ class _Session:
         )
         tune_dir = self.run_path / "tune"
         callback = CoreCallback(core, attempts, note, injector, progress.tick,
-                                progress.checkpoint_fallback, self.accountant.heartbeat,
+                                progress.checkpoint_fallback, self._heartbeat(recorder),
                                 lambda number: str(checkpoints / runner.trial_name(number)))
         return tune.Tuner(
             trainable,
@@ -969,7 +1070,7 @@ class _Session:
         line = progress.failures_line(logs_line(failures))
         if line:
             self.out(line)
-        if session_verdict(tally.complete, tally.pruned, tally.failed) \
+        if session_verdict(tally.complete, tally.pruned + tally.budget_stopped, tally.failed) \
                 is SessionOutcome.ALL_FAILED:
             first = next((f for f in failures if f.log), failures[0] if failures else None)
             detail = ""
@@ -1022,15 +1123,22 @@ class _Session:
             out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
         else:
             out("No trial completed.")
-        ledger = self.accountant.ledger
-        cap = config.budget.max_cost
-        out(f"Spent: {fmt_money(ledger.spent(), currency)}"
-            f" (wasted {fmt_money(ledger.wasted(), currency)})"
-            + (f" of budget.max_cost {fmt_money(cap, currency)}" if cap is not None else ""))
+        from hpsearch.money.statement import summary_lines
+
+        # The report is written from this same copy in the study: the two agree.
+        money = self._write_money(recorder)
+        for line in summary_lines(money, config.budget.max_cost):
+            out(line)
         if self.stop_reason:
             hint = (" Raise the budget and run the same command again to continue the "
-                    "study." if self.budget_closed else "")
-            out(f"Stopped early: {self.stop_reason}.{hint}")
+                    "study" if self.budget_closed else "")
+            stopped = sum(1 for t in study.get_trials(deepcopy=False)
+                          if t.user_attrs.get(keys.ATTR_LIFECYCLE) == "budget_stopped"
+                          and not t.state.is_finished())
+            if hint and stopped:
+                hint += (f": its {stopped} trial(s) stopped by budget resume first, from "
+                         f"their checkpoints")
+            out(f"Stopped early: {self.stop_reason}.{hint + '.' if hint else ''}")
         try:
             from hpsearch.adapters.optuna.results import write_study_report
 
@@ -1049,5 +1157,6 @@ class _Session:
         out(f"Dashboard: optuna-dashboard {display_url(self.url, self.run_path)}")
         best_trial = study.best_trial if best is not None else None
         return RunResult(study=study, best_trial=best_trial, run_dir=self.run_path,
-                         storage_url=self.url, spent=ledger.spent(), currency=currency,
-                         stop_reason=self.stop_reason)
+                         storage_url=self.url, spent=money.total, currency=currency,
+                         stop_reason=self.stop_reason, kept=money.kept,
+                         wasted=money.wasted, idle=money.idle)

@@ -65,11 +65,15 @@ ATTR_INSTANCE = "instance"
 ATTR_SPOT = "spot"
 ATTR_CURRENCY = "currency"
 ATTR_SPOT_COST = "spot_cost"  #: the part of ``cost`` billed at spot prices
+ATTR_SHARE = "share"  #: the fraction of its node the trial paid for (latest interval)
 
 # Optuna study user attributes.
 ATTR_CONFIG = "config"
 ATTR_PRICE = "price"  #: the run's Price as a dict
 ATTR_SPENT = "spent"  #: money spent by the whole study so far
+#: The ledger's statement: total, work kept, wasted, idle and every node's rental
+#: (:meth:`hpsearch.money.statement.Statement.attrs`)
+ATTR_MONEY = "money"
 ATTR_HPSEARCH_VERSION = "hpsearch_version"
 ATTR_LEDGER_ID = "ledger_id"  #: id of the ledger (in one run dir) that holds its money
 ATTR_RUN_DIR = "run_dir"  #: the run dir of its latest session (where that ledger was)

@@ -14,6 +14,13 @@ policy resumes, then the next configuration), each epoch end is reported to it a
 answers CONTINUE, STOP or PAUSE (the budget, then the pruning policy), and it bills
 every attempt in the ledger on the simulated clock. This module only moves the clock.
 
+Each worker is a node, priced at ``price.per_hour`` with the price's billing terms. By
+default (:attr:`~hpsearch.money.nodes.Fleet.PER_TRIAL`) a worker is rented when a trial
+starts on it and released when the trial leaves it (workers released when idle: money
+is busy time, with the minimum once per attempt); with
+:attr:`~hpsearch.money.nodes.Fleet.HELD` the ``workers`` nodes are a fixed cluster,
+rented from time 0 to the end of the search, idle or not.
+
 The result is the full timeline: the busy intervals of every trial (from which money
 up to any moment follows), every report and decision, and the core itself (its ledger,
 its trials' states).
@@ -33,6 +40,7 @@ from hpsearch.core.ports import EpochReport, MemoryStudy, Policy
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.pruning.decisions import Decision
 from hpsearch.money.ledger import Ledger
+from hpsearch.money.nodes import Demand, Fleet, NodeSpec
 from hpsearch.recovery.preemption import preemption_delay_s
 from hpsearch.money.pricing import Price
 
@@ -132,6 +140,13 @@ class SimResult:
     def trial_busy_s(self, trial: int) -> float:
         return sum(s.end_s - s.start_s for s in self.segments if s.trial == trial)
 
+    @property
+    def last_busy_s(self) -> float:
+        """When the last worker left its last trial (``end_s`` may be later: it is the
+        time of the last event taken from the queue, a preemption of an attempt that had
+        already ended included)."""
+        return max((seg.end_s for seg in self.segments), default=0.0)
+
 
 #: The price of a simulated worker-hour unless one is given: 1 per hour, billed exactly
 #: (no rounding, no minimum), so money is busy time.
@@ -151,7 +166,7 @@ class _Clock:
 def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
              policy: Policy | Callable[[Accountant], Policy], preemptions: Preemptions | None = None, *,
              price: Price = SIM_PRICE, budget: Budget | None = None,
-             max_epochs: int | None = None) -> SimResult:
+             max_epochs: int | None = None, fleet: Fleet = Fleet.PER_TRIAL) -> SimResult:
     """Run a search over ``order`` (indices into ``curves``) on ``workers`` workers.
 
     Epoch ends at the same simulated time are taken in the order they were scheduled, so
@@ -165,29 +180,72 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
         policy: The pruning policy the core asks, or a function of the run's
             accountant that makes it (a policy that weighs money).
         preemptions: Spot preemptions, restarts and checkpoint costs, or None.
-        price: The price of a worker-hour (billed in the core's ledger).
+        price: The price of a worker-hour (billed in the core's ledger: each worker is a
+            node at ``price.per_hour``, with the price's granularity and minimum).
         budget: Money and time caps (the core's admission control), or none.
         max_epochs: Epochs of a full trial; default the longest curve.
+        fleet: Workers rented per trial attempt (PER_TRIAL, released when idle) or a
+            fixed cluster held for the whole search (HELD).
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")
     clock = _Clock()
     epochs = max_epochs or max((c.epochs for c in curves), default=1)
-    accountant = Accountant(price, budget or Budget(), Ledger(), epochs, clock)
+    accountant = Accountant(price, budget or Budget(), Ledger(), epochs, clock,
+                            demand=Demand(1.0, 0.0), fleet=fleet)
     if not hasattr(policy, "on_result"):
         policy = policy(accountant)
     core = SearchCore(study=MemoryStudy([{} for _ in curves], order), accountant=accountant,
                       policy=policy, max_epochs=epochs, new_trials=len(order),
                       max_restarts=math.inf, clock=clock)
-    return _Simulation(curves, workers, core, clock, preemptions).run()
+    return _Simulation(curves, workers, core, clock, preemptions,
+                       _Workers(accountant, price, workers, fleet)).run()
+
+
+class _Workers:
+    """The simulated nodes: rented per attempt, or a fixed cluster (see the module)."""
+
+    def __init__(self, accountant: Accountant, price: Price, workers: int, fleet: Fleet):
+        self.accountant, self.price, self.fleet = accountant, price, fleet
+        self.free = [f"w{k}" for k in range(workers)] if fleet is Fleet.HELD else []
+        self.on: dict[int, str] = {}  # trial -> its node
+        for node in self.free:
+            accountant.node_rented(self.node(node), 0.0)
+
+    def node(self, node_id: str) -> NodeSpec:
+        price = self.price
+        return NodeSpec(node_id, price.instance, price.spot, price.per_hour, price.currency,
+                        cpus=1.0, granularity_s=price.billing_granularity_s,
+                        min_billing_s=price.min_billing_s)
+
+    def take(self, trial: int, attempt: int, at: float) -> str:
+        if self.fleet is Fleet.HELD:
+            node = self.free.pop(0)
+        else:
+            node = f"w{trial}.{attempt}"
+            self.accountant.node_rented(self.node(node), at)
+        self.on[trial] = node
+        return node
+
+    def give_back(self, trial: int, at: float, lost: bool = False) -> None:
+        node = self.on.pop(trial)
+        if self.fleet is Fleet.HELD:
+            self.free.append(node)
+        else:
+            self.accountant.node_released(node, at, lost=lost)
+
+    def release_all(self, at: float) -> None:
+        for node in list(self.free):
+            self.accountant.node_released(node, at)
 
 
 class _Simulation:
     """The event loop of :func:`simulate`."""
 
     def __init__(self, curves: Sequence[Curve], workers: int, core: SearchCore,
-                 clock: _Clock, preemptions: Preemptions | None):
+                 clock: _Clock, preemptions: Preemptions | None, nodes: _Workers):
         self.curves, self.workers, self.core, self.clock = curves, workers, core, clock
+        self.nodes = nodes
         self.preemptions = preemptions
         self.ckpt_s = preemptions.checkpoint_s if preemptions else 0.0
         self.result = SimResult(core=core)
@@ -207,7 +265,7 @@ class _Simulation:
         done = self.result.epochs_done.get(trial, 0)
         curve = self.curves[trial]
         attempt = self.attempts[trial] = self.attempts.get(trial, 0) + 1
-        self.core.started(trial)
+        self.core.started(trial, node=self.nodes.take(trial, attempt, at))
         self.result.starts.append((at, trial))
         self.running[trial] = (at, done + 1, attempt)
         self.checkpointed_at[trial] = at
@@ -233,7 +291,9 @@ class _Simulation:
         self.leave(trial, now, self.result.epochs_done.get(trial, 0))
         self.result.preempted.append((now, trial, now - self.checkpointed_at[trial],
                                       self.preemptions.restart_s))
-        if self.core.preempted(trial, "simulated preemption") is TrialState.PREEMPTED:
+        state = self.core.preempted(trial, "simulated preemption")
+        self.nodes.give_back(trial, now, lost=True)
+        if state is TrialState.PREEMPTED:
             self.restarting.add(trial)
 
     def epoch_end(self, trial: int, epoch: int, attempt: int, now: float) -> None:
@@ -252,7 +312,9 @@ class _Simulation:
             self.push(now + curve.epoch_s(epoch + 1) + self.ckpt_s, trial, epoch + 1, attempt)
             return
         self.leave(trial, now, epoch)
-        if self.core.ended(trial) is TrialState.COMPLETE:
+        state = self.core.ended(trial)
+        self.nodes.give_back(trial, now)
+        if state is TrialState.COMPLETE:
             self.result.completed[trial] = now
 
     def run(self) -> SimResult:
@@ -269,6 +331,7 @@ class _Simulation:
                 self.epoch_end(trial, epoch, attempt, now)
             self.fill(now)
         self.result.end_s = now
+        self.nodes.release_all(self.result.last_busy_s)
         self.core.close()
         return self.result
 

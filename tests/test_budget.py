@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.money.budget import Accountant, Admission, fmt_money
+from hpsearch.money.budget import Accountant, Admission
+from hpsearch.money.fmt import fmt_money
 from hpsearch.spec.config import Budget
 from hpsearch.money.ledger import DONE, STOPPED, Ledger
 from hpsearch.money.pricing import Price
@@ -367,7 +368,7 @@ def test_simulation_without_a_reachable_cap_finishes_every_trial():
         (0.123456, "0.1235 USD"),
         (0.01, "0.0100 USD"),
         (0.000146, "0.000146 USD"),
-        (0.0, "0.000000 USD"),
+        (0.0, "0 USD"),
     ],
 )
 def test_fmt_money(amount, text):
@@ -396,3 +397,182 @@ def test_heartbeat_keeps_the_ledger_told_until_when_trials_ran(tmp_path):
     after.close_all(shown_at + 999, FAILED, at_last_event=True)
     assert after.spent() == pytest.approx(shown)
     assert after.wasted() == pytest.approx((shown_at - (T0 + 20)) * 0.001)
+
+
+# ---------------------------------------------------------------------------------------
+# Admission in node money: what the rented nodes will bill, minimums included
+
+from hpsearch.money.nodes import Demand, Fleet, NodeSpec, billed_seconds  # noqa: E402
+
+#: 36 per node-hour = 0.01 per node-second, billed per second after a 60 s minimum.
+MIN_PRICE = Price(per_hour=18.0, currency="USD", instance="aws:p4d.24xlarge", spot=True,
+                  instance_per_hour=36.0, share=0.5, billing_granularity_s=1,
+                  min_billing_s=60)
+
+
+def node(node_id="n", cpus=2.0):
+    return NodeSpec(node_id, "aws:p4d.24xlarge", True, 36.0, "USD", cpus=cpus,
+                    granularity_s=1, min_billing_s=60)
+
+
+def node_accountant(cap, fleet=Fleet.HELD, max_epochs=5, tail_s=0.0):
+    clock = FakeClock()
+    acct = Accountant(MIN_PRICE if fleet is Fleet.HELD else PER_TRIAL_PRICE,
+                      Budget(max_cost=cap), Ledger(), max_epochs, clock,
+                      demand=Demand(cpu=1.0), fleet=fleet, tail_s=tail_s)
+    return acct, clock
+
+
+#: A node per trial: each worker is one trial's node, 0.01 per second, 60 s minimum.
+PER_TRIAL_PRICE = Price(per_hour=36.0, currency="USD", instance="w", spot=False,
+                        instance_per_hour=36.0, share=1.0, billing_granularity_s=1,
+                        min_billing_s=60)
+
+
+def test_a_rented_node_bills_its_minimum_at_once_and_admission_counts_it():
+    acct, clock = node_accountant(cap=0.5)
+    acct.node_rented(node())
+    assert acct.spent() == pytest.approx(0.60)  # the minimum is owed from the start
+    verdict = acct.admission()
+    assert verdict.admission is Admission.CLOSED
+    assert "budget.max_cost reached" in verdict.reason
+
+
+def test_a_trial_that_fits_in_capacity_already_paid_for_adds_nothing():
+    acct, clock = node_accountant(cap=1.0)
+    acct.node_rented(node())  # two slots; 0.60 owed for its first minute
+    acct.trial_admitted(0)
+    acct.trial_started(0)
+    run_epochs(acct, clock, 0, 2, epoch_s=10.0)  # 20 s, 30 s to go
+    # A new trial of 50 s on the free slot ends at 70 s: 10 s past the minimum.
+    assert acct.projected(0) == pytest.approx(0.60)
+    assert acct.projected(1) == pytest.approx(0.70)
+    assert acct.admission().admission is Admission.ADMIT
+    # The trial's own share: half the node for what it ran.
+    assert acct.trial_cost(0) == pytest.approx(20 * 0.005)
+
+
+def test_admission_refuses_what_the_node_would_bill_past_the_cap():
+    acct, clock = node_accountant(cap=0.65)
+    acct.node_rented(node())
+    acct.trial_admitted(0)
+    acct.trial_started(0)
+    run_epochs(acct, clock, 0, 2, epoch_s=10.0)
+    verdict = acct.admission()  # 0.70 expected in all
+    assert verdict.admission is Admission.WAIT
+    assert "0.7000 USD in all would pass budget.max_cost 0.6500 USD" in verdict.reason
+    assert "add 0.0000 USD" not in verdict.reason
+    acct.trial_ended(0, STOPPED)
+    assert acct.admission().admission is Admission.CLOSED
+
+
+def test_per_trial_nodes_each_count_their_minimum():
+    acct, clock = node_accountant(cap=1.5, fleet=Fleet.PER_TRIAL)
+    acct.node_rented(node("w0", cpus=1.0))
+    acct.trial_started(0, node="w0")
+    run_epochs(acct, clock, 0, 1, epoch_s=5.0)  # 5 s epochs: a 25 s trial
+    assert acct.spent() == pytest.approx(0.60)
+    # Its node ends with it (within its minimum); a new trial rents one more: 0.60.
+    assert acct.projected(1) == pytest.approx(1.20)
+    assert acct.admission().admission is Admission.ADMIT
+    acct.trial_admitted(1)
+    assert acct.projected(1) == pytest.approx(1.80)
+    assert acct.admission().admission is Admission.WAIT
+
+
+def test_the_wrap_up_of_a_held_fleet_counts_against_the_cap():
+    acct, clock = node_accountant(cap=0.64, tail_s=3.0)
+    acct.node_rented(node())
+    clock.advance(59.0)
+    assert acct.run_stop_reason() is None  # 0.60 billed + 0.03 of wrap-up < 0.64 ...
+    clock.advance(2.0)
+    assert acct.spent() == pytest.approx(0.61)
+    assert acct.run_stop_reason() is not None  # ... 0.61 + 0.03 reaches it
+
+
+def _node_run(cap, fleet, epoch_s, n_trials=30, workers=2, max_epochs=5):
+    """Short trials on a node with a 60 s minimum, stopped at the cap as the core does."""
+    acct, clock = node_accountant(cap, fleet=fleet, max_epochs=max_epochs)
+    if fleet is Fleet.HELD:
+        acct.node_rented(node(cpus=float(workers)))
+    next_report: dict[int, float] = {}
+    epochs: dict[int, int] = {}
+    created, closed, stopped = 0, False, []
+
+    def fill():
+        nonlocal created, closed
+        while not closed and len(next_report) < workers and created < n_trials:
+            verdict = acct.admission()
+            closed = verdict.admission is Admission.CLOSED
+            if verdict.admission is not Admission.ADMIT:
+                return
+            trial, created = created, created + 1
+            acct.trial_admitted(trial)
+            if fleet is Fleet.PER_TRIAL:
+                acct.node_rented(node(f"w{trial}", cpus=1.0))
+            acct.trial_started(trial, node=None if fleet is Fleet.HELD else f"w{trial}")
+            next_report[trial], epochs[trial] = clock.now + epoch_s, 0
+
+    def end(trial, outcome):
+        acct.trial_ended(trial, outcome)
+        if fleet is Fleet.PER_TRIAL:
+            acct.node_released(f"w{trial}")
+
+    fill()
+    while next_report:
+        trial = min(next_report, key=lambda t: (next_report[t], t))
+        clock.now = next_report.pop(trial)
+        epochs[trial] += 1
+        acct.trial_reported(trial, epochs[trial], epoch_s)
+        if acct.run_stop_reason() is not None:
+            end(trial, STOPPED)
+            stopped.append(trial)
+            closed = True
+        elif epochs[trial] >= max_epochs:
+            end(trial, DONE)
+        else:
+            next_report[trial] = clock.now + epoch_s
+        fill()
+    acct.ledger.close_all(clock.now, STOPPED)
+    return acct, stopped
+
+
+@pytest.mark.parametrize("fleet", [Fleet.HELD, Fleet.PER_TRIAL])
+@pytest.mark.parametrize("cap", [0.7, 1.3, 2.05, 3.3])
+def test_short_trials_at_a_60_s_minimum_pass_the_cap_by_at_most_one_interval(fleet, cap):
+    acct, stopped = _node_run(cap, fleet, epoch_s=1.0, n_trials=200)
+    assert len(acct.ledger.trials()) < 200  # the cap binds
+    spent = acct.spent()
+    # One reporting interval of every node that was billing then: 1 s of each.
+    nodes = 1 if fleet is Fleet.HELD else 2
+    assert spent <= cap + nodes * 1.0 * 0.01 + 1e-9
+    assert acct.ledger.trials(), "something ran"
+    if fleet is Fleet.PER_TRIAL:
+        # Every trial paid a whole minimum: no trial was admitted that did not fit.
+        assert all(r.billed_s() == 60.0 for r in acct.ledger.rentals)
+
+
+def test_before_node_billing_admission_left_out_the_minimum_and_overshot():
+    # The old arithmetic: each 5 s trial billed its own 60 s minimum, admission
+    # estimated it at 5 s x price. Eleven trials were admitted on a 0.3 budget.
+    per_trial = 0.01 * 60  # what each trial was billed
+    estimated = 0.01 * 5  # what admission counted for it
+    admitted = int(0.3 // estimated) + 1
+    assert admitted * per_trial > 0.3 * 10
+    # Now: a trial per node pays its node's minimum, and admission counts it.
+    acct, _ = _node_run(0.3, Fleet.PER_TRIAL, epoch_s=1.0)
+    assert acct.spent() <= 0.3 and acct.ledger.trials() == []
+    acct, _ = _node_run(1.25, Fleet.PER_TRIAL, epoch_s=1.0)
+    assert len(acct.ledger.trials()) == 2 and acct.spent() == pytest.approx(1.2)
+
+
+def test_without_nodes_a_new_trial_is_estimated_with_its_own_minimum():
+    clock = FakeClock()
+    acct = Accountant(MIN_PRICE, Budget(max_cost=0.5), Ledger(), 5, clock)
+    acct.trial_started(0)
+    run_epochs(acct, clock, 0, 5, epoch_s=1.0)  # 5 s, billed 60 s on its own: 0.30
+    acct.trial_ended(0, DONE)
+    assert acct.spent() == pytest.approx(0.30)
+    assert billed_seconds(5.0, 1, 60) == 60.0
+    verdict = acct.admission()
+    assert verdict.admission is Admission.CLOSED  # 0.30 more would pass 0.5

@@ -58,7 +58,7 @@ REQUIRED = [
 def test_packaged_catalogue_parses(cat):
     assert len(cat) >= 20
     assert all(isinstance(o, Offer) for o in cat.offers.values())
-    assert catalog_mod.SCHEMA_VERSION == 1
+    assert catalog_mod.SCHEMA_VERSION == 2
 
 
 @pytest.mark.parametrize("provider, gpu", REQUIRED, ids=lambda v: str(v))
@@ -186,13 +186,60 @@ def test_price_per_hour_missing_spot_is_an_error(cat):
     assert "local:local-cpu" in str(info.value) and "spot" in str(info.value)
 
 
-@pytest.mark.parametrize("key", ["autodl:rtx-3090", "autodl:rtx-4090"])
-def test_price_per_hour_missing_on_demand_is_an_error(cat, key):
-    offer = cat.lookup(key)
+def test_price_per_hour_missing_on_demand_is_an_error():
+    offer = parse_catalog(HEADER + "\n" + row(on_demand_per_hour="") + "\n",
+                          "mine.csv").lookup("acme:box-1")
     with pytest.raises(ConfigError) as info:
         offer.price_per_hour(spot=False)
-    assert "on-demand" in str(info.value) and key in str(info.value)
+    assert "on-demand" in str(info.value) and "acme:box-1" in str(info.value)
     assert offer.price_per_hour(spot=True) > 0
+
+
+@pytest.mark.parametrize("key", ["autodl:rtx-3090", "autodl:rtx-4090", "autodl:a100-80gb"])
+def test_packaged_cny_market_rows_have_an_on_demand_price_saying_where_it_is_from(cat, key):
+    offer = cat.lookup(key)
+    assert offer.on_demand_per_hour > offer.spot_per_hour > 0
+    assert "on-demand ESTIMATED" in offer.source and offer.snapshot_date
+
+
+def test_packaged_interruption_bands_are_the_advisors_or_say_unknown(cat):
+    aws = {o.key: o.interruption_band for o in cat.offers.values() if o.provider == "aws"}
+    assert aws == {"aws:p3.2xlarge": ">20%", "aws:g4dn.xlarge": "15-20%",
+                   "aws:g5.xlarge": ">20%", "aws:p4d.24xlarge": "10-15%",
+                   "aws:p5.48xlarge": ">20%"}
+    for offer in cat.offers.values():
+        if offer.provider in ("gcp", "runpod", "autodl"):
+            assert offer.interruption_band == "unknown" and offer.band == "unknown"
+        if offer.provider == "local":
+            assert offer.band == "n/a"
+
+
+def test_gpu_only_rows_are_marked_and_carry_their_vm_where_known(cat):
+    gcp = [o for o in cat.offers.values() if o.provider == "gcp"]
+    assert gcp and all(o.gpu_only for o in gcp)
+    assert not any(o.gpu_only for o in cat.offers.values() if o.provider != "gcp")
+    t4 = cat.lookup("gcp:nvidia-tesla-t4")
+    assert (t4.vm_on_demand_per_hour, t4.vm_spot_per_hour) == (0.19, 0.04)
+    assert t4.instance_price_per_hour(False) == pytest.approx(0.35 + 0.19)
+    assert t4.instance_price_per_hour(True) == pytest.approx(0.14 + 0.04)
+    l4 = cat.lookup("gcp:nvidia-l4")
+    assert l4.vm_per_hour(False) is None  # extra, and not in the catalogue
+    assert l4.instance_price_per_hour(False) == pytest.approx(0.56)
+    assert cat.lookup("aws:p3.2xlarge").vm_per_hour(True) == 0.0
+
+
+def test_a_schema_1_csv_reads_as_whole_instances_and_a_vm_price_needs_priced_gpu(tmp_path):
+    offer = parse_catalog(HEADER + "\n" + row() + "\n", "old.csv").lookup("acme:box-1")
+    assert not offer.gpu_only and offer.vm_per_hour(False) == 0.0
+    extra = HEADER + ",priced,vm_on_demand_per_hour,vm_spot_per_hour\n"
+    gpu = parse_catalog(extra + row() + ",gpu,0.2,\n", "new.csv").lookup("acme:box-1")
+    assert gpu.gpu_only and gpu.vm_per_hour(False) == 0.2 and gpu.vm_per_hour(True) is None
+    with pytest.raises(ConfigError) as info:
+        parse_catalog(extra + row() + ",instance,0.2,\n", "new.csv")
+    assert "priced: gpu" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        parse_catalog(extra + row() + ",vm,,\n", "new.csv")
+    assert "column priced" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,8 +263,8 @@ def test_search_without_filters_lists_every_on_demand_offer(cat):
     offers = cat.search()
     expected = {o.key for o in cat.offers.values() if o.on_demand_per_hour is not None}
     assert {o.key for o in offers} == expected
-    # autodl rtx rows have no on-demand price: left out of an on-demand listing.
-    assert "autodl:rtx-3090" not in {o.key for o in offers}
+    # Every packaged rentable row has an on-demand price (estimated where unpublished).
+    assert "autodl:rtx-3090" in {o.key for o in offers}
 
 
 @pytest.mark.parametrize("query", ["a100", "A100", "a 100"])
@@ -423,12 +470,12 @@ def test_share_gpu_trial_on_cpu_only_row_is_an_error(cat):
 
 
 def test_share_cpu_trial_on_gpu_only_row_is_an_error(cat):
-    t4 = cat.lookup("gcp:nvidia-tesla-t4")
-    assert t4.vcpus is None
+    l4 = cat.lookup("gcp:nvidia-l4")
+    assert l4.vcpus is None
     with pytest.raises(ConfigError) as info:
-        t4.share(cpu=1, gpu=0)
+        l4.share(cpu=1, gpu=0)
     assert info.value.field == "pricing.instance"
-    assert "gcp:nvidia-tesla-t4" in str(info.value)
+    assert "gcp:nvidia-l4" in str(info.value)
 
 
 def test_share_local_row_without_node_cpus_is_an_error(cat):

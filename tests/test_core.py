@@ -177,6 +177,26 @@ def test_an_unplaceable_trial_fails_the_queue_and_stops_new_trials():
     assert study.attrs[0][keys.ATTR_ERROR] == "no spot node alive"
 
 
+def test_a_preempted_trial_that_cannot_be_placed_again_fails_instead_of_crashing():
+    class SpotGone:
+        active = True
+        gone = False
+
+        def choose(self):
+            return (None, "no spot node alive") if self.gone else (True, None)
+
+    placement = SpotGone()
+    core, study, clock, _ = make(n=1, placement=placement)
+    start(core)
+    epoch(core, 0, 1)
+    placement.gone = True  # its spot node was taken back, and no fallback is allowed
+    assert core.preempted(0, "node lost") is S.PREEMPTED
+    finished = core.next_start()
+    assert finished.kind is StartKind.FINISHED and finished.reason == "no spot node alive"
+    assert core.record(0).state is S.FAILED
+    assert study.states[0] is S.FAILED
+
+
 def test_waiting_for_a_spot_node_hands_nothing_out():
     class Later:
         active = True
@@ -409,3 +429,58 @@ def test_closing_an_aborted_session_fails_what_still_runs_without_a_line_of_its_
     assert study.states[1] is S.FAILED and study.attrs[1][keys.ATTR_ERROR] == "run aborted"
     assert ("finished", 1, S.FAILED) not in listener.lines
     assert [f.number for f in core.failures] == [0]
+
+
+def test_a_later_session_with_more_money_resumes_the_budget_stopped_trials_first():
+    # Session 1: 4 epochs of 10 s at 0.001/s; the budget stops both trials at 0.025.
+    core, study, clock, _ = make(n=4, budget=Budget(max_cost=0.025))
+    start(core)
+    start(core)
+    for e in (1, 2):
+        clock.now += 10
+        epoch(core, 0, e, epoch_s=10.0)
+        epoch(core, 1, e, epoch_s=10.0)
+    assert core.record(0).stop is not None and core.record(1).stop is not None
+    assert core.ended(0) is S.BUDGET_STOPPED and core.ended(1) is S.BUDGET_STOPPED
+    assert core.next_start().kind is StartKind.FINISHED
+    core.close()
+    assert study.states == {0: S.BUDGET_STOPPED, 1: S.BUDGET_STOPPED}
+    assert study.attrs[0][keys.ATTR_LIFECYCLE] == "budget_stopped"
+
+    # Session 2, more money: the two resume (from epoch 2) before anything new.
+    ledger = core.accountant.ledger
+    accountant = Accountant(PRICE, Budget(max_cost=1.0), ledger, 4, clock)
+    later = SearchCore(study=study, accountant=accountant, policy=Scripted(), max_epochs=4,
+                       new_trials=2, clock=clock)
+    assert later.restore(study.histories()) == []  # not orphans: stopped on purpose
+    assert list(later.budget_stopped) == [0, 1]
+    first, second, third = later.next_start(), later.next_start(), later.next_start()
+    assert [(s.kind, s.number) for s in (first, second)] == [(StartKind.RESUME, 0),
+                                                             (StartKind.RESUME, 1)]
+    assert (third.kind, third.number) == (StartKind.NEW, 2)
+    assert study.attrs[0][keys.ATTR_LIFECYCLE] == "running"
+    assert study.attrs[0][keys.ATTR_STOP_REASON] is None
+    later.started(0)
+    clock.now += 10
+    assert epoch(later, 0, 3, start_epoch=2) is Decision.CONTINUE
+    clock.now += 10
+    epoch(later, 0, 4)
+    assert later.ended(0) is S.COMPLETE
+
+
+def test_a_budget_stopped_trial_its_own_cap_still_holds_waits():
+    core, study, clock, _ = make(n=2, budget=Budget(max_cost_per_trial=0.015))
+    start(core)
+    clock.now += 10
+    epoch(core, 0, 1, epoch_s=10.0)  # 0.010 spent, one more epoch would make 0.020
+    assert core.ended(0) is S.BUDGET_STOPPED
+    core.close()
+    accountant = Accountant(PRICE, Budget(max_cost_per_trial=0.015), core.accountant.ledger,
+                            4, clock)
+    accountant.restore_timing(0, [10.0], None)
+    later = SearchCore(study=study, accountant=accountant, policy=Scripted(), max_epochs=4,
+                       new_trials=1, clock=clock)
+    later.restore(study.histories())
+    begin = later.next_start()
+    assert (begin.kind, begin.number) == (StartKind.NEW, 1)  # trial 0 stays stopped
+    assert list(later.budget_stopped) == [0]

@@ -15,14 +15,15 @@ from .test_e2e import BAD, GOOD, enqueue, load_study, spec
 
 pytestmark = pytest.mark.slow
 
-#: One money unit per second of a trial: amounts read as seconds.
+#: One money unit per second of the machine (the test cluster: 2 CPUs, so a 1-CPU
+#: trial pays half of it): amounts read as seconds.
 PRICE = {"price_per_hour": 3600.0, "currency": "USD"}
 
 
 def ledger_events(run_dir):
-    """The ledger's trial events (its header and ``alive`` events name no trial)."""
+    """The ledger's timed trial events (its header, nodes and ``alive`` name no trial)."""
     events = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
-    return [e for e in events if "trial" in e]
+    return [e for e in events if "trial" in e and ("at_s" in e or "start_s" in e)]
 
 
 def longest_unreported_s(run_dir) -> float:
@@ -38,8 +39,56 @@ def longest_unreported_s(run_dir) -> float:
     return longest
 
 
-def test_budget_cap_stops_cleanly_and_a_larger_budget_finishes_the_study(ray_cluster, in_tmp):
-    # Six trials of 40 epochs cost far more than 12: the cap is hit whatever the speed.
+def test_a_local_run_bills_this_machine_for_the_run(ray_cluster, in_tmp):
+    import subprocess
+    import sys
+    import time
+
+    from hpsearch.money.ledger import Ledger
+    from hpsearch.money.statement import statement
+
+    cfg = spec(**{"name": "wall", "max_epochs": 6, "pricing": PRICE, "search.n_trials": 3,
+                  "search.concurrency": 2})
+    lines: list[str] = []
+    started = time.time()
+    result = hpsearch.run(cfg, emit=lines.append)
+    ended = time.time()
+    ledger = Ledger(result.run_dir / "ledger.jsonl")
+    (machine,) = ledger.rentals
+    # The machine is billed from the run's start until its trials are settled ...
+    assert 0 <= machine.start_s - started < 0.5
+    last_trial = max(i.end_s for i in ledger.intervals)
+    assert 0 <= machine.end_s - last_trial < 2.0
+    # ... so the ledger is the run's wall time x price, less the summary and the report
+    # written after the bill is closed (a second or two here).
+    wall = ended - started
+    assert result.spent == pytest.approx(machine.billed_s() * 1.0)
+    assert wall - 3.0 < result.spent <= wall + 1.0  # billed per whole second
+    assert result.spent >= wall - (ended - machine.end_s) - 1e-6
+    # Trials pay half the machine each while they run; the rest is idle, kept apart.
+    money = statement(ledger, ended)
+    assert money.kept == pytest.approx(sum(0.5 * (i.end_s - i.start_s)
+                                           for i in ledger.intervals))
+    assert (result.kept, result.wasted, result.idle) == (
+        pytest.approx(money.kept), pytest.approx(money.wasted), pytest.approx(money.idle))
+    assert result.idle > 0  # the driver's start, before the first trial
+    # The terminal summary and the report agree to the cent.
+    (spent_line,) = [ln for ln in lines if ln.startswith("Spent: ")]
+    proc = subprocess.run([sys.executable, "-m", "hpsearch", "report", str(result.run_dir),
+                           "--format", "json", "--out", "again"], capture_output=True,
+                          text=True, cwd=in_tmp)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((in_tmp / "again" / "report.json").read_text())["summary"]
+    for key, label in (("total_cost", "Spent: "), ("kept_cost", "work kept "),
+                       ("wasted_cost", "wasted "), ("idle_cost", "idle ")):
+        shown = float(spent_line.split(label, 1)[1].split(" USD")[0])
+        assert round(summary[key], 2) == round(shown, 2), key
+
+
+def test_budget_cap_stops_cleanly_and_a_larger_budget_resumes_the_stopped_trials_first(
+        ray_cluster, in_tmp):
+    # Six trials of 40 epochs cost far more than 12 s of the machine: the cap is hit
+    # whatever the speed.
     cfg = spec(**{"name": "budget", "max_epochs": 40, "pricing": PRICE,
                   "search.n_trials": 6, "search.concurrency": 2,
                   "budget.max_cost": 12.0})
@@ -47,30 +96,51 @@ def test_budget_cap_stops_cleanly_and_a_larger_budget_finishes_the_study(ray_clu
     first = hpsearch.run(cfg, emit=lines.append)
 
     assert first.stop_reason and "budget.max_cost" in first.stop_reason
-    assert any(line.startswith("Stopped early: ") for line in lines)
+    assert any(line.startswith("Stopped early: ") and "stopped by budget resume first" in line
+               for line in lines)
     study = load_study(first)
     trials = study.get_trials()
     assert 0 < len(trials) < 6
-    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    stopped = [t for t in trials if t.user_attrs.get("lifecycle") == "budget_stopped"]
+    assert stopped, "the cap stopped running trials"
+    for t in stopped:
+        # Left unfinished in Optuna (it cannot reopen a finished trial): more money
+        # resumes them; the progress line says so.
+        assert t.state == TrialState.RUNNING
+        assert t.user_attrs["stop_reason"].startswith("budget: budget.max_cost reached")
+        assert t.user_attrs["saved_cost"] > 0
+        assert any(ln.startswith(f"  trial {t.number} stopped by budget after") for ln in lines)
+    assert all(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
     for t in trials:
-        if t.state == TrialState.PRUNED:
-            assert t.user_attrs["stop_reason"].startswith("budget: budget.max_cost reached")
-            assert t.user_attrs["saved_cost"] > 0
         assert t.user_attrs["currency"] == "USD" and t.user_attrs["instance"] == "custom"
         assert t.user_attrs["cost"] > 0 and t.user_attrs["billed_s"] > 0
         assert t.user_attrs["spot"] is False and t.user_attrs["wasted_cost"] == 0
-    # Spend passes the cap by at most one reporting interval of each running trial.
-    assert first.spent <= 12.0 + 2 * longest_unreported_s(first.run_dir) * 1.0
-    assert sum(t.user_attrs["cost"] for t in trials) == pytest.approx(first.spent, rel=1e-6)
+        assert t.user_attrs["share"] == 0.5
+    # Spend passes the cap by at most one reporting interval of the machine.
+    assert first.spent <= 12.0 + longest_unreported_s(first.run_dir) * 1.0 + 1.0
+    assert sum(t.user_attrs["cost"] for t in trials) == pytest.approx(
+        first.kept + first.wasted, rel=1e-6)
 
-    second = hpsearch.run(cfg, overrides={"budget.max_cost": 1000.0}, emit=None)
+    second = hpsearch.run(cfg, overrides={"budget.max_cost": 1000.0}, emit=lines.append)
     assert second.run_dir == first.run_dir
     assert second.stop_reason is None
     trials = load_study(second).get_trials()
     assert len(trials) == 6
-    assert [t.state for t in trials[len(study.trials):]] == \
-        [TrialState.COMPLETE] * (6 - len(study.trials))
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 6
     assert second.spent > first.spent
+    # The session's first starts are the budget-stopped trials, from their checkpoints.
+    opened, session = [], 0
+    for event in (json.loads(ln) for ln in
+                  (second.run_dir / "ledger.jsonl").read_text().splitlines()):
+        session += event["event"] == "node"
+        if event["event"] == "open" and session == 2:
+            opened.append(event["trial"])
+    assert sorted(opened[:len(stopped)]) == sorted(t.number for t in stopped)
+    for t in stopped:
+        resumed = trials[t.number]
+        assert resumed.user_attrs["resumed_from_epochs"][-1] == \
+            max(t.intermediate_values)
+        assert sorted(resumed.intermediate_values) == list(range(1, 41))
     billed = defaultdict(int)
     for event in ledger_events(second.run_dir):
         if event["event"] == "open":
@@ -84,7 +154,7 @@ def test_per_trial_cap_stops_a_trial_before_it_passes_it(ray_cluster, in_tmp):
                   "budget.max_cost_per_trial": 6.0})
     result = hpsearch.run(cfg, emit=None)
     (trial,) = load_study(result).get_trials()
-    assert trial.state == TrialState.PRUNED
+    assert trial.user_attrs["lifecycle"] == "budget_stopped"
     assert trial.user_attrs["stop_reason"].startswith("budget: budget.max_cost_per_trial")
     assert trial.user_attrs["epochs"] < 300
     # It stopped before an epoch that would pass the cap: within one epoch of it.
@@ -123,9 +193,11 @@ def test_every_result_carries_the_expected_time_and_cost_to_finish(ray_cluster, 
     assert [r["hps_epoch"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert r["hps_remaining_s"] >= 0
-        assert r["hps_cost_to_finish"] == pytest.approx(r["hps_remaining_s"] * 1.0)
+        # Its share: one of the machine's two CPUs, half of 1 per second.
+        assert r["hps_cost_to_finish"] == pytest.approx(r["hps_remaining_s"] * 0.5)
     assert rows[-1]["hps_remaining_s"] == 0
     assert rows[0]["hps_remaining_s"] > 0
     study = optuna.load_study(study_name="estimates", storage=result.storage_url)
-    assert study.user_attrs["price"]["per_hour"] == 3600.0
+    assert study.user_attrs["price"]["instance_per_hour"] == 3600.0
+    assert study.user_attrs["price"]["per_hour"] == 1800.0
     assert study.user_attrs["spent"] == pytest.approx(result.spent)

@@ -141,7 +141,7 @@ def test_a_stopped_driver_resumes_without_losing_money(in_tmp, how):
     ledger = Ledger(in_tmp / "run" / "ledger.jsonl")
     if how != "sigkill":
         assert "Traceback" not in rest, rest[-3000:]
-        assert rest.strip().splitlines()[-1].endswith("python -m hpsearch resume run)")
+        assert rest.strip().splitlines()[-1].endswith("python -m hpsearch resume run)"), rest[-3000:]
         assert ledger.open_trials() == []  # closed before the driver exited
         assert ledger.wasted() > 0
     running = [t.number for t in trials_of(in_tmp / "run" / "optuna.db", name)

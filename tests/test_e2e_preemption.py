@@ -294,10 +294,28 @@ def test_spot_nodes_take_spot_trials_and_on_demand_takes_over_when_they_vanish(i
     fallback = out["fallback"]
     assert fallback["state"] == "COMPLETE" and fallback["preemptions"] == 1
     assert fallback["nodes"] == [spot_node, on_demand_node]
+    # Each interval is the trial's share of its node: its 1 CPU of the node's 1.
     prices = [(i["instance"], i["spot"], round(i["price_per_hour"], 6))
               for i in fallback["intervals"]]
-    assert prices == [("aws:p3.2xlarge", True, round(0.95 / 8, 6)),
-                      ("aws:p3.2xlarge", False, round(3.06 / 8, 6))]
+    assert prices == [("aws:p3.2xlarge", True, 0.95), ("aws:p3.2xlarge", False, 3.06)]
+    # The report splits every node's money into work kept, wasted and idle.
+    nodes = {n["node"]: n for n in fallback["report"]["nodes"]}
+    assert set(nodes) >= {spot_node, on_demand_node}
+    for node in nodes.values():
+        assert node["kept_cost"] + node["wasted_cost"] + node["idle_cost"] == \
+            pytest.approx(node["cost"], abs=1e-12)
+        assert node["idle_cost"] >= -1e-12
+    spot, od = nodes[spot_node], nodes[on_demand_node]
+    assert spot["spot"] and spot["lost"] and not od["spot"] and not od["lost"]
+    assert spot["billed_s"] >= 60 and od["billed_s"] >= 60  # p3.2xlarge's minimum
+    assert spot["kept_cost"] > 0 and od["kept_cost"] > 0  # the trial ran on both
+    assert spot["wasted_cost"] == pytest.approx(fallback["report"]["wasted_cost"])
+    assert od["wasted_cost"] == 0
+    assert od["idle_cost"] > 0  # on-demand capacity paid while the trial ran on spot
+    summary = fallback["report"]
+    assert sum(n["cost"] for n in nodes.values()) == pytest.approx(summary["total_cost"])
+    assert summary["kept_cost"] + summary["wasted_cost"] + summary["idle_cost"] == \
+        pytest.approx(summary["total_cost"])
     # Strict spot: no spot node and no fallback, the trial fails with the reason, and
     # the run, whose only trial failed, says it could not succeed.
     strict = out["strict"]
@@ -351,15 +369,21 @@ def one(name, overrides):
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{run_dir / 'optuna.db'}")
     t = study.trials[0]
     intervals = [json.loads(l) for l in (run_dir / "ledger.jsonl").read_text().splitlines()]
-    opened = []
+    opened, rented = [], {}
     for e in intervals:
-        if e["event"] == "open":
+        if e["event"] == "node":
+            rented[e["node"]] = e
+        elif e["event"] == "open":
             opened.append(dict(e))
-        elif e["event"] == "reprice":
-            opened[-1].update({k: e[k] for k in ("instance", "spot", "price_per_hour")})
+        elif e["event"] == "place":
+            node = rented[e["node"]]
+            opened[-1].update(instance=node["instance"], spot=node["spot"],
+                              price_per_hour=node["price_per_hour"] * e["share"])
+    report = json.loads((run_dir / "report.json").read_text())["summary"] \
+        if (run_dir / "report.json").exists() else None
     return {"state": t.state.name, "preemptions": t.user_attrs.get("preemptions"),
             "nodes": t.user_attrs.get("nodes"), "error": t.user_attrs.get("error"),
-            "intervals": opened, "raised": raised}
+            "intervals": opened, "raised": raised, "report": report}
 
 take_back_after(spot, "runs/fallback/optuna.db", 2)
 fallback = one("fallback", {"preemption.on_demand_fallback": True})

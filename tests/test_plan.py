@@ -18,7 +18,7 @@ from hpsearch.spec.config import load
 from hpsearch.errors import ConfigError
 from hpsearch.tools.plan import (
     CUDA_CONTEXT_MIB, GIB, GPU_EFFICIENCY, GPU_SPEEDS, HEADROOM, MIB, STARTUP_S,
-    TRAIN_STEP_FLOOR_S, VAL_STEP_FLOOR_S, ProbeFigures, Throughput, billed_s,
+    TRAIN_STEP_FLOOR_S, VAL_STEP_FLOOR_S, Packing, ProbeFigures, Throughput, billed_s, pack,
     estimate_memory, gpu_epoch_s, make_plan, parse_throughput, render,
     representative_params, to_json,
 )
@@ -329,31 +329,59 @@ def given(cat, **kwargs):
     return make_plan(cfg, cat, probe, **kwargs)
 
 
-def test_costs_bill_each_trial_at_least_the_minimum(cat):
+def test_the_search_rents_instances_for_its_waves_and_bills_each_once(cat):
     plan = given(cat)  # 10 trials x (5 s start-up + 5 epochs x 10 s) = 55 s each
     rows = rows_by_key(plan)
     small = rows["acme:small"]
     assert small.trial_s == pytest.approx(STARTUP_S + 1.0 + 50.0) == pytest.approx(55.0)
-    assert small.billed_s == 60.0 and small.minimum_billed
-    assert small.on_demand_cost == pytest.approx(10 * 60 / 3600 * 1.0)
-    assert small.spot_cost == pytest.approx(10 * 60 / 3600 * 0.3)
+    # One 1-GPU instance runs the ten trials one after another: rented 550 s.
+    assert (small.nodes, small.slots, small.wall_s) == (1, 1, pytest.approx(550.0))
+    assert small.billed_s == 550.0 and not small.minimum_billed
+    assert small.on_demand_cost == pytest.approx(550 / 3600 * 1.0)
+    assert small.spot_cost == pytest.approx(550 / 3600 * 0.3)
     assert small.spot_factor == pytest.approx(1.0)  # preemption.rate_per_hour: 0
-    # Per-second billing without a minimum: the run time itself.
+    assert small.idle_cost == pytest.approx(0.0)
     v100 = rows["cn:v100"]
-    assert v100.billed_s == 55.0 and not v100.minimum_billed
-    assert v100.on_demand_cost == pytest.approx(10 * 55 / 3600 * 22)
-    assert v100.spot_cost == pytest.approx(10 * 55 / 3600 * 9)
+    assert v100.on_demand_cost == pytest.approx(550 / 3600 * 22)
+
+
+def test_a_60_s_minimum_is_billed_once_per_instance_not_per_trial():
+    cat = catalogue(row(instance="small"))
+    short = given(cat, trials=3, epochs=1, throughput=Throughput(1e6))  # ~6 s trials
+    (small,) = short.rows
+    assert small.wall_s < 20 and small.billed_s == 60.0 and small.minimum_billed
+    assert small.on_demand_cost == pytest.approx(60 / 3600 * 1.0)  # not 3 x 60 s
+    assert small.idle_cost == pytest.approx((60 - small.wall_s) / 3600 * 1.0)
+    assert pack(3, 1.0, 1.0) == Packing(slots=1, nodes=1, waves=3)
+
+
+def test_trials_packed_on_an_8_gpu_instance_leave_its_last_wave_idle(cat):
+    multi = rows_by_key(given(cat))["acme:multi"]
+    # Eight trials at once, then two: rented 2 x 55 s, paid 8 GPUs throughout.
+    assert (multi.nodes, multi.slots, multi.wall_s) == (1, 8, pytest.approx(110.0))
+    assert multi.share == pytest.approx(1 / 8)
+    assert multi.on_demand_cost == pytest.approx(110 / 3600 * 32)
+    work = 10 * 55 / 8 / 3600 * 32
+    assert multi.idle_cost == pytest.approx(110 / 3600 * 32 - work)
+    assert multi.idle_share == pytest.approx(6 / 16)
+
+
+def test_concurrency_rents_several_instances(cat):
+    plan = given(cat, cfg=config(search={"n_trials": 10, "concurrency": 4}))
+    small = rows_by_key(plan)["acme:small"]
+    # Four 1-GPU instances, three waves (4, 4, 2): 165 s each.
+    assert (small.nodes, small.wall_s) == (4, pytest.approx(165.0))
+    assert small.on_demand_cost == pytest.approx(4 * 165 / 3600 * 1.0)
+    assert small.idle_cost == pytest.approx((4 * 165 - 550) / 3600 * 1.0)
+    assert pack(10, 1.0, 8.0, concurrency=4) == Packing(slots=8, nodes=1, waves=3)
+    assert pack(10, 0.5, 1.0) == Packing(slots=2, nodes=1, waves=5)
 
 
 def test_costs_above_the_minimum_and_granularity(cat):
-    plan = given(cat, epochs=20)  # 205 s per trial
-    small = rows_by_key(plan)["acme:small"]
-    assert small.billed_s == 205.0 and not small.minimum_billed
-    assert small.on_demand_cost == pytest.approx(10 * 205 / 3600 * 1.0)
     coarse = catalogue(row(instance="hourly", billing_granularity_s="3600", min_billing_s="0"))
-    hourly = given(coarse, epochs=20).rows[0]
-    assert hourly.billed_s == 3600.0
-    assert hourly.on_demand_cost == pytest.approx(10 * 1.0)
+    hourly = given(coarse, epochs=20).rows[0]  # 10 x 205 s = 2050 s: one hour billed
+    assert hourly.billed_s == 3600.0 and hourly.minimum_billed
+    assert hourly.on_demand_cost == pytest.approx(1.0)
 
 
 def test_spot_cost_grows_with_the_preemption_rate(cat):
@@ -361,9 +389,9 @@ def test_spot_cost_grows_with_the_preemption_rate(cat):
     small = rows_by_key(plan)["acme:small"]
     factor = nodekinds.spot_cost_factor(2.0, 10.0 / 2, STARTUP_S + 1.0)
     assert factor > 1 and small.spot_factor == pytest.approx(factor)
-    assert small.spot_billed_s == math.ceil(small.trial_s * factor)
-    assert small.spot_cost == pytest.approx(10 * small.spot_billed_s / 3600 * 0.3)
-    assert small.on_demand_cost == pytest.approx(10 * small.billed_s / 3600 * 1.0)
+    assert small.spot_billed_s == math.ceil(10 * small.trial_s * factor)
+    assert small.spot_cost == pytest.approx(small.spot_billed_s / 3600 * 0.3)
+    assert small.on_demand_cost == pytest.approx(small.billed_s / 3600 * 1.0)
 
 
 def test_rows_cheapest_first_usd_first_and_too_small_apart(cat):
@@ -374,10 +402,6 @@ def test_rows_cheapest_first_usd_first_and_too_small_apart(cat):
     assert [r.offer.key for r in plan.too_small] == ["acme:tiny"]
     assert plan.too_small[0].why == "memory" and not plan.too_small[0].fits
     assert all(r.fits for r in plan.rows)
-    # A trial on one of the 8 GPUs pays an eighth of the instance.
-    multi = rows_by_key(plan)["acme:multi"]
-    assert multi.share == pytest.approx(1 / 8)
-    assert multi.on_demand_cost == pytest.approx(10 * 60 / 3600 * 32 / 8)
 
 
 def test_recommendation_is_the_cheapest_rentable_fit_per_currency(cat):
@@ -387,12 +411,43 @@ def test_recommendation_is_the_cheapest_rentable_fit_per_currency(cat):
     row, cost, kind = recs["USD"]
     # local:local-gpu is cheaper but is a machine one owns: never recommended.
     assert (row.offer.key, kind) == ("acme:small", "spot")
-    assert cost == pytest.approx(10 * 60 / 3600 * 0.3)
+    assert cost == pytest.approx(550 / 3600 * 0.3)
     cheapest = min((r.best[0], r.offer.key) for r in plan.rows
                    if r.offer.currency == "USD" and r.offer.provider != "local")
     assert cheapest == (cost, "acme:small")
     row, cost, kind = recs["CNY"]
     assert (row.offer.key, kind) == ("cn:v100", "spot")
+
+
+def gpu_only_catalogue():
+    extra = ",".join([*COLUMNS, "priced", "vm_on_demand_per_hour", "vm_spot_per_hour"])
+    return parse_catalog("\n".join([
+        extra,
+        row(provider="cloud", instance="gpu-nvm", on_demand_per_hour="0.2",
+            spot_per_hour="0.1") + ",gpu,,",
+        row(provider="cloud", instance="gpu-vm", on_demand_per_hour="0.25",
+            spot_per_hour="0.12") + ",gpu,0.1,0.05",
+        row(instance="whole", on_demand_per_hour="0.5", spot_per_hour="0.2") + ",instance,,",
+    ]) + "\n", "test.csv")
+
+
+def test_a_gpu_only_row_is_billed_with_its_vm_or_never_recommended_silently():
+    plan = given(gpu_only_catalogue(), trials=1)
+    rows = rows_by_key(plan)
+    with_vm = rows["cloud:gpu-vm"]
+    assert not with_vm.vm_missing
+    assert with_vm.spot_cost == pytest.approx(60 / 3600 * (0.12 + 0.05))
+    without = rows["cloud:gpu-nvm"]
+    assert without.vm_missing and without.spot_cost == pytest.approx(60 / 3600 * 0.1)
+    row_, cost, kind = plan.recommendations()["USD"]
+    assert row_.offer.key == "cloud:gpu-nvm"  # the cheapest price, VM not counted ...
+    text = "\n".join(render(plan, text_table))
+    assert ("Recommended (USD): cloud:gpu-nvm (T4) spot, about 0.001667 USD for the search "
+            "plus its VM, which is billed on top and not in the catalogue") in text
+    # ... so the line after it names the cheapest whole instance, VM included.
+    assert "the cheapest whole instance: cloud:gpu-vm (T4) spot" in text
+    assert "cloud:gpu-nvm *" in text and "* the GPU's price only" in text
+    assert to_json(plan)["rows"][0]["vm_missing"] is True
 
 
 def test_recommendation_on_demand_without_a_spot_price():
@@ -416,7 +471,10 @@ def test_memory_decides_what_fits():
     assert t4.offer.key == "acme:t4" and t4.why == "memory"
     assert t4.available_mib == pytest.approx(16 * 1024 * 0.5 * HEADROOM)
     assert half.rows[0].share == 0.5
-    assert half.rows[0].on_demand_cost == pytest.approx(10 * 60 / 3600 * 1.0 * 0.5)
+    # Two half-GPU trials at once on the one GPU: five waves.
+    assert half.rows[0].wall_s == pytest.approx(5 * half.rows[0].trial_s)
+    assert half.rows[0].on_demand_cost == pytest.approx(
+        math.ceil(half.rows[0].wall_s) / 3600 * 1.0)
 
 
 def test_several_gpus_per_trial(cat):
@@ -485,19 +543,19 @@ def test_cpu_reference_row(cat):
     p = figures(val_step_s=None)
     run = STARTUP_S + p.setup_s + 5 * p.cpu_epoch_s  # 505 s on this CPU
     assert (key, currency) == ("local:local-cpu", "USD")
-    # A 1-CPU trial pays a quarter of a 4-CPU machine.
-    assert cost == pytest.approx(10 * math.ceil(run) / 3600 * 0.07 / 4)
+    # Four 1-CPU trials at once on the 4-CPU machine: three waves, the machine billed.
+    assert cost == pytest.approx(math.ceil(3 * run) / 3600 * 0.07)
 
 
 def test_render_and_json(cat):
-    plan = given(cat, cfg=config(budget={"max_cost": 0.01},
-                                 pricing={"instance": "acme:small"}))
+    plan = given(cat, trials=1, cfg=config(budget={"max_cost": 0.001},
+                                           pricing={"instance": "acme:small"}))
     lines = render(plan, text_table)
     text = "\n".join(lines)
     assert "Recommended (USD): acme:small (T4) spot" in text
     assert "Recommended (CNY): cn:v100 (V100) spot" in text
-    assert "budget.max_cost 0.01 USD: OVER" in text
-    assert "+ billed at least 60 s per trial" in text
+    assert "budget.max_cost 0.001 USD: OVER" in text
+    assert "+ billed at least 60 s per instance" in text
     assert "^ a machine you own" in text
     assert "Too small for this trial: acme:tiny" in text
     assert "weights" in text and "activations" in text and "cuda context" in text

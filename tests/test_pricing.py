@@ -97,9 +97,24 @@ def test_spot_without_a_spot_price_is_an_error():
 
 
 def test_on_demand_without_an_on_demand_price_is_an_error():
+    from hpsearch.money.catalog import Catalog, Offer
+
+    spot_only = Catalog([Offer("acme", "box", "V100", 1, 16, 8, "", "USD", None, 1.0, "",
+                               1, 0, "test", "2026-11")])
     with pytest.raises(ConfigError) as info:
-        resolve(make({"instance": "autodl:rtx-4090"}, {"gpu": 1}), node_cpus=4, catalog=CAT)
+        resolve(make({"instance": "acme:box"}, {"gpu": 1}), node_cpus=4, catalog=spot_only)
     assert "on-demand" in str(info.value)
+
+
+def test_a_gpu_only_row_is_priced_with_its_vm_or_says_the_vm_is_not_counted():
+    t4 = resolve(make({"instance": "gcp:nvidia-tesla-t4"}, {"gpu": 1}), node_cpus=4,
+                 catalog=CAT)
+    assert t4.instance_per_hour == pytest.approx(0.35 + 0.19)
+    assert "VM" in t4.note and "0.19" in t4.note
+    l4 = resolve(make({"instance": "gcp:nvidia-l4", "spot": True}, {"gpu": 1}),
+                 node_cpus=4, catalog=CAT)
+    assert l4.instance_per_hour == pytest.approx(0.22)
+    assert "not counted" in l4.note
 
 
 def test_explicit_price_is_custom_with_share_one():
@@ -185,7 +200,7 @@ def test_cpu_trial_on_a_gpu_only_row_is_an_error():
     # gcp GPU rows are priced per GPU (no vCPUs): a trial reserving no GPU cannot be
     # priced as a share of them. resolve always fills node_cpus in, and Offer.share then
     # silently bills cpu/node_cpus of a GPU price instead of raising.
-    cfg = make({"instance": "gcp:nvidia-tesla-t4"}, {"cpu": 1, "gpu": 0})
+    cfg = make({"instance": "gcp:nvidia-l4"}, {"cpu": 1, "gpu": 0})
     with pytest.raises(ConfigError) as info:
         resolve(cfg, node_cpus=4, catalog=CAT)
     assert info.value.field in ("pricing.instance", "resources.gpu")

@@ -397,3 +397,63 @@ def test_poisson_preemptions_are_seeded():
     assert model.after_s(0, 1) == Preemptions(rate_per_hour=3600.0, seed=3).after_s(0, 1)
     assert model.after_s(0, 1) != model.after_s(0, 2)
     assert Preemptions(rate_per_hour=0.0).after_s(0, 1) == float("inf")
+
+
+# -- node billing in the simulator: workers released when idle, or a fixed cluster ------
+
+from hpsearch.money.nodes import Fleet, fleet_cost  # noqa: E402
+from hpsearch.money.pricing import Price  # noqa: E402
+from hpsearch.money.statement import statement  # noqa: E402
+from hpsearch.spec.config import Budget  # noqa: E402
+
+
+def test_workers_released_when_idle_bill_busy_time_and_no_idle():
+    curves = [curve([10, 10]), curve([5]), curve([30])]
+    result = simulate(curves, [0, 1, 2], 2, NoPruning())
+    money = statement(result.core.accountant.ledger, result.end_s)
+    assert money.total == pytest.approx(result.busy_s() / 3600)
+    assert money.kept == pytest.approx(money.total) and money.idle == pytest.approx(0.0)
+    assert len(money.nodes) == 3  # one rental per attempt
+
+
+def test_a_fixed_cluster_bills_every_node_for_the_whole_search():
+    curves = [curve([10, 10]), curve([5]), curve([30])]
+    result = simulate(curves, [0, 1, 2], 2, NoPruning(), fleet=Fleet.HELD)
+    assert result.end_s == 35.0  # trial 2 starts at 5 s on the node trial 1 freed
+    money = statement(result.core.accountant.ledger, result.end_s)
+    assert money.total == pytest.approx(fleet_cost(2, 35.0, 1.0))
+    assert money.kept == pytest.approx(result.busy_s() / 3600)
+    assert money.idle == pytest.approx((2 * 35.0 - 55.0) / 3600)
+    assert [n.node for n in money.nodes] == ["w0", "w1"]
+    # The same search with workers released when idle: the same work, no idle.
+    elastic = simulate(curves, [0, 1, 2], 2, NoPruning())
+    assert elastic.busy_s() == result.busy_s()
+
+
+#: One worker-hour at 36: 0.01 per second, per second after a 60 s minimum.
+MINUTE_PRICE = Price(36.0, "USD", "sim", False, 36.0, 1.0, billing_granularity_s=1,
+                     min_billing_s=60)
+
+
+@pytest.mark.parametrize("fleet", [Fleet.PER_TRIAL, Fleet.HELD])
+def test_a_budget_at_a_60_s_minimum_with_5_s_trials_passes_by_at_most_one_epoch(fleet):
+    curves = [curve([1.0] * 5) for _ in range(100)]
+    # (The fixed cluster's two minimums, 1.20, are owed whatever the budget.)
+    for cap in (1.3, 1.9, 3.1):
+        result = simulate(curves, list(range(100)), 2, NoPruning(), price=MINUTE_PRICE,
+                          budget=Budget(max_cost=cap), fleet=fleet)
+        spent = result.core.accountant.ledger.spent()
+        assert spent <= cap + 2 * 1.0 * 0.01 + 1e-9, (fleet, cap, spent)
+        assert 0 < len(result.starts) < 100
+        if fleet is Fleet.PER_TRIAL:
+            # Each 5 s trial rented its own worker: billed a whole minute, once.
+            assert all(r.billed_s() == 60.0 for r in result.core.accountant.ledger.rentals)
+
+
+def test_a_fixed_cluster_is_released_when_its_last_trial_ends_not_at_a_stale_event():
+    # The preemption drawn for trial 0's only attempt lies long after it completed.
+    result = simulate([curve([10, 10])], [0], 1, NoPruning(),
+                      preemptions=ScriptedPreemptions({0: 500.0}), fleet=Fleet.HELD)
+    assert result.last_busy_s == 20.0 and result.end_s == 500.0
+    (rental,) = result.core.accountant.ledger.rentals
+    assert rental.end_s == 20.0

@@ -86,8 +86,10 @@ def test_resumed_trials_record_where_they_resumed(url):
 
 
 @pytest.mark.parametrize("state, told", [
-    (LState.PRUNED, TrialState.PRUNED), (LState.BUDGET_STOPPED, TrialState.PRUNED),
-    (LState.FAILED, TrialState.FAIL)])
+    (LState.PRUNED, TrialState.PRUNED), (LState.FAILED, TrialState.FAIL),
+    # Optuna cannot reopen a finished trial: a budget-stopped one stays RUNNING (more
+    # money resumes it), told apart by its lifecycle attribute.
+    (LState.BUDGET_STOPPED, TrialState.RUNNING)])
 def test_final_states_are_told_with_their_attributes_and_curve(url, state, told):
     recorder = StudyRecorder(config_mod.load(RAW), url)
     number, _, _ = recorder.ask()
@@ -101,6 +103,17 @@ def test_final_states_are_told_with_their_attributes_and_curve(url, state, told)
     # What a continued run reads back.
     (history,) = recorder.histories()
     assert history.state is state and history.values == {1: 0.2}
+
+
+def test_a_trial_budget_stopped_by_an_older_version_is_finished_as_pruned(url):
+    recorder = StudyRecorder(config_mod.load(RAW), url)
+    number, _, _ = recorder.ask()
+    recorder.record_epoch(report(number, 1, 0.2))
+    # What hpsearch wrote before budget-stopped trials could resume: PRUNED in Optuna.
+    recorder.set_attrs(number, {keys.ATTR_LIFECYCLE: LState.BUDGET_STOPPED.value})
+    recorder.study.tell(number, state=TrialState.PRUNED)
+    (history,) = recorder.histories()
+    assert history.state is LState.PRUNED  # finished: it cannot be reopened
 
 
 def test_a_new_driver_resumes_trials_left_running_with_their_history(url):

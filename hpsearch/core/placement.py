@@ -131,18 +131,37 @@ class Placement:
         return per_trial
 
     def price_for_node(self, node_id: str) -> Price:
-        """What a trial-hour costs on ``node_id``: its declared instance and kind."""
+        """What ``node_id`` costs: its declared instance and kind (else the run's price)."""
         if node_id in self._prices:
             return self._prices[node_id]
         node = next((n for n in self.nodes() if n.node_id == node_id), None)
-        if node is None or (node.spot is None and node.instance is None):
-            return self.price
-        if self.config.pricing.price_per_hour is not None:
+        return self.price if node is None else self.price_of(node)
+
+    def price_of(self, node: nodekinds.NodeKind) -> Price:
+        """What ``node`` costs: the catalogue row it declares (``hps_instance=...``) at
+        the kind it declares, else the run's price (``instance_per_hour``: the whole
+        node; ``pricing.price_per_hour`` prices every node alike)."""
+        if node.node_id in self._prices:
+            return self._prices[node.node_id]
+        if (node.spot is None and node.instance is None) \
+                or self.config.pricing.price_per_hour is not None:
             return self.price
         spot = self.price.spot if node.spot is None else node.spot
         price = pricing.resolve(self.config, instance=node.instance, spot=spot, gpu=self.gpu)
-        self._prices[node_id] = price
+        self._prices[node.node_id] = price
         return price
+
+    def billed_nodes(self) -> list:
+        """The alive nodes as they are billed (:class:`~hpsearch.money.nodes.NodeSpec`,
+        each at its own price), read afresh from the node list."""
+        from hpsearch.money.nodes import from_ray
+
+        out = []
+        for entry in self.list_nodes():
+            spec = from_ray(entry, self.price_of(nodekinds.parse_node(entry)))
+            if spec is not None:
+                out.append(spec)
+        return out
 
 
 def check_fits(config: Config, nodes: list[dict[str, Any]]) -> None:

@@ -119,6 +119,9 @@ class SearchCore:
         self.clock = clock or accountant.clock
         self.trials = Lifecycle()
         self.queue: deque[int] = deque()  # trials to start again before anything new
+        #: Trials the budget stopped in an earlier session: resumed (from their
+        #: checkpoints) before any new trial, once the budget admits one.
+        self.budget_stopped: deque[int] = deque()
         self.live: set[int] = set()  # trials handed to a worker and not yet gone
         self.closed_reason: str | None = None
         #: The budget (not a missing node kind) closed the session: more money goes on.
@@ -159,6 +162,8 @@ class SearchCore:
                 record.state = TrialState.PENDING
                 self.queue.append(history.number)
                 resumed.append(history.number)
+            elif record.state is TrialState.BUDGET_STOPPED:
+                self.budget_stopped.append(history.number)
             self.accountant.restore_timing(history.number, history.epoch_times_s,
                                            history.startup_s)
         self.policy.restore(histories)
@@ -200,6 +205,11 @@ class SearchCore:
             return self.queue[0]
         if not admitted:
             return None
+        for number in self.budget_stopped:
+            # More money now: a trial the budget stopped goes on before anything new,
+            # unless its own cap still holds it.
+            if self.accountant.trial_stop_reason(number, self.trials.get(number).epoch) is None:
+                return number
         waiting = self.trials.in_state(TrialState.PAUSED)
         if waiting:
             pick = self.policy.pick_resume(waiting)
@@ -219,6 +229,10 @@ class SearchCore:
             record = self.trials.get(number)
             if record is not None and record.state is not TrialState.PENDING:
                 self.trials.move(number, Event.RESUMED, TrialState.PENDING)
+            if number in self.budget_stopped:
+                self.budget_stopped.remove(number)
+                self.study.set_attrs(number, {keys.ATTR_LIFECYCLE: TrialState.RUNNING.value,
+                                              keys.ATTR_STOP_REASON: None})
             params, seed = self.study.resume(number)
             kind = StartKind.RESUME
         record = self.trials.get(number)
@@ -236,8 +250,11 @@ class SearchCore:
         """No node of the required kind: queued trials fail, no new trial starts."""
         while self.queue:
             waiting = self.queue.popleft()
-            self._finish(self.trials.get(waiting), Event.FAILED, TrialState.FAILED,
-                         error=reason)
+            record = self.trials.get(waiting)
+            if record.state is not TrialState.PENDING:
+                # A preempted trial waiting to restart: it was about to start again.
+                self.trials.move(waiting, Event.RESUMED, TrialState.PENDING)
+            self._finish(record, Event.FAILED, TrialState.FAILED, error=reason)
             self.failures.append(Failure(waiting, reason, None))
         self.new_left = 0
         if self.closed_reason is None:
@@ -249,7 +266,7 @@ class SearchCore:
         record.attempts += 1
         if node is not None:
             record.node = node
-        self.accountant.trial_started(number)
+        self.accountant.trial_started(number, node)
         self.policy.on_start(number)
 
     # -- a running trial --------------------------------------------------------------
@@ -303,9 +320,7 @@ class SearchCore:
         """Bill the epoch at its node's price and mirror the trial's money into the study."""
         if report.node:
             record.node = report.node
-            if self.placement is not None:
-                self.accountant.trial_placed(record.number,
-                                             self.placement.price_for_node(report.node))
+            self.accountant.trial_placed(record.number, report.node)
         self.accountant.trial_reported(record.number, report.epoch, report.epoch_s,
                                        report.startup_s, report.checkpointed)
         self.study.set_attrs(record.number, self._money(record.number))
@@ -475,7 +490,9 @@ class SearchCore:
 
         A session that ran out of work (or money) settles what waits: paused trials
         nobody resumed are PRUNED with their reason, trials queued to start again when
-        the budget closed are BUDGET_STOPPED. An ``interrupted`` session (Ctrl-C, a
+        the budget closed are BUDGET_STOPPED (like those the budget stopped while they
+        ran, they stay unfinished in the study: a later session with more money resumes
+        them first, from their checkpoints). An ``interrupted`` session (Ctrl-C, a
         signal, a full disk) settles nothing: every unfinished trial resumes with the
         next session, paused ones stay paused.
         """

@@ -1,10 +1,17 @@
 """The price catalogue: what each rentable offer costs per hour, and how it is billed.
 
-Pure module. The packaged ``hpsearch/data/catalog.csv`` (schema 1) holds one row per
+Pure module. The packaged ``hpsearch/data/catalog.csv`` (schema 2) holds one row per
 offer, each with its currency, source and snapshot date; a user CSV with the same
-columns extends it or overrides rows with the same ``provider:instance`` key. Prices are
-per *instance*-hour; a trial pays its share (see :meth:`Offer.share`). An unknown
-instance or a missing price is an error with close matches, never a price of 0.
+columns extends it or overrides rows with the same ``provider:instance`` key (a schema-1
+CSV, without the columns schema 2 added, still reads: its rows are whole instances).
+Prices are per *instance*-hour; a trial pays its share (see :meth:`Offer.share`). An
+unknown instance or a missing price is an error with close matches, never a price of 0.
+
+Schema 2 added ``priced`` (``instance``, or ``gpu``: a cloud's GPU add-on, priced without
+the VM it must be attached to) and ``vm_on_demand_per_hour``/``vm_spot_per_hour`` (that
+VM's price, where it is known). ``interruption_band`` is an AWS Spot Instance Advisor
+band, ``unknown`` where the provider publishes none (GCP, marketplaces), or ``n/a`` for a
+machine one owns.
 """
 
 from __future__ import annotations
@@ -19,13 +26,19 @@ from typing import Iterable
 
 from hpsearch.errors import ConfigError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 COLUMNS = (
     "provider", "instance", "gpu_model", "gpu_count", "gpu_memory_gb", "vcpus", "region",
     "currency", "on_demand_per_hour", "spot_per_hour", "interruption_band",
     "billing_granularity_s", "min_billing_s", "source", "snapshot_date",
 )
-BANDS = ("", "<5%", "5-10%", "10-15%", "15-20%", ">20%")
+#: Columns schema 2 added; a CSV without them reads as whole instances.
+OPTIONAL_COLUMNS = ("priced", "vm_on_demand_per_hour", "vm_spot_per_hour")
+#: What a row's prices cover.
+PRICED = ("instance", "gpu")
+#: AWS-style monthly interruption bands; ``unknown`` (or empty) where none is published,
+#: ``n/a`` for a machine one owns (never taken back).
+BANDS = ("", "<5%", "5-10%", "10-15%", "15-20%", ">20%", "unknown", "n/a")
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,9 @@ class Offer:
         min_billing_s: Least billed time of one interval.
         source: Where the prices come from.
         snapshot_date: When they were read (``YYYY-MM``).
+        gpu_only: The prices are a GPU add-on's, without the VM it is attached to.
+        vm_on_demand_per_hour, vm_spot_per_hour: That VM's price, where known (None:
+            the VM is extra and not in the catalogue).
     """
 
     provider: str
@@ -65,6 +81,9 @@ class Offer:
     min_billing_s: int
     source: str
     snapshot_date: str
+    gpu_only: bool = False
+    vm_on_demand_per_hour: float | None = None
+    vm_spot_per_hour: float | None = None
 
     @property
     def key(self) -> str:
@@ -78,6 +97,23 @@ class Offer:
             kind = "spot" if spot else "on-demand"
             raise ConfigError(field, f"{self.key} has no {kind} price in the catalogue", spot)
         return price
+
+    def vm_per_hour(self, spot: bool) -> float | None:
+        """The VM part of a GPU-only row's price (0 for a whole instance), or None when
+        the VM's price is not in the catalogue."""
+        if not self.gpu_only:
+            return 0.0
+        return self.vm_spot_per_hour if spot else self.vm_on_demand_per_hour
+
+    def instance_price_per_hour(self, spot: bool, field: str = "pricing.spot") -> float:
+        """What the provider bills per hour for the whole thing rented: the price, plus
+        the VM of a GPU-only row where it is known (see :meth:`vm_per_hour`)."""
+        return self.price_per_hour(spot, field) + (self.vm_per_hour(spot) or 0.0)
+
+    @property
+    def band(self) -> str:
+        """The interruption band as shown: ``unknown`` where none is published."""
+        return self.interruption_band or ("n/a" if self.provider == "local" else "unknown")
 
     def share(self, cpu: float, gpu: float, node_cpus: float | None = None) -> float:
         """Fraction of the instance one trial pays for.
@@ -199,47 +235,70 @@ def parse_catalog(text: str, origin: str) -> Catalog:
         cells = next(csv.reader([line]))
         if len(cells) != len(header):
             raise ConfigError(where, f"has {len(cells)} fields, the header has {len(header)}")
-        row = dict(zip(header, cells))
-        provider, instance = row["provider"].strip(), row["instance"].strip()
-        if not provider or not instance:
-            raise ConfigError(where, "provider and instance are required")
-        currency = row["currency"].strip().upper()
-        if len(currency) != 3 or not currency.isalpha():
-            raise ConfigError(where, "column currency must be a 3-letter code", currency)
-        on_demand = _number(row["on_demand_per_hour"], where, "on_demand_per_hour")
-        spot = _number(row["spot_per_hour"], where, "spot_per_hour")
-        if on_demand is None and spot is None:
-            raise ConfigError(where, "a row needs on_demand_per_hour or spot_per_hour")
-        for column, price in (("on_demand_per_hour", on_demand), ("spot_per_hour", spot)):
-            if price == 0:
-                raise ConfigError(where, f"column {column} is 0; leave it empty if unknown")
-        band = row["interruption_band"].strip()
-        if band not in BANDS:
-            raise ConfigError(where, f"interruption_band must be one of {BANDS[1:]} or empty",
-                              band)
-        granularity = _number(row["billing_granularity_s"], where, "billing_granularity_s",
-                              integer=True, optional=False)
-        if granularity < 1:
-            raise ConfigError(where, "column billing_granularity_s must be >= 1", granularity)
-        offers.append(Offer(
-            provider=provider,
-            instance=instance,
-            gpu_model=row["gpu_model"].strip(),
-            gpu_count=int(_number(row["gpu_count"], where, "gpu_count", integer=True) or 0),
-            gpu_memory_gb=_number(row["gpu_memory_gb"], where, "gpu_memory_gb"),
-            vcpus=_number(row["vcpus"], where, "vcpus", integer=True),
-            region=row["region"].strip(),
-            currency=currency,
-            on_demand_per_hour=on_demand,
-            spot_per_hour=spot,
-            interruption_band=band,
-            billing_granularity_s=granularity,
-            min_billing_s=int(_number(row["min_billing_s"], where, "min_billing_s",
-                                      integer=True, optional=False)),
-            source=row["source"].strip(),
-            snapshot_date=row["snapshot_date"].strip(),
-        ))
+        offers.append(_offer(dict(zip(header, cells)), where))
     return Catalog(offers)
+
+
+def _offer(row: dict[str, str], where: str) -> Offer:
+    """One row of a catalogue CSV (``where``: ``file:line`` for errors)."""
+    provider, instance = row["provider"].strip(), row["instance"].strip()
+    if not provider or not instance:
+        raise ConfigError(where, "provider and instance are required")
+    currency = row["currency"].strip().upper()
+    if len(currency) != 3 or not currency.isalpha():
+        raise ConfigError(where, "column currency must be a 3-letter code", currency)
+    on_demand, spot = _prices(row, where)
+    band = row["interruption_band"].strip()
+    if band not in BANDS:
+        raise ConfigError(where, f"interruption_band must be one of {BANDS[1:]} or empty",
+                          band)
+    granularity = _number(row["billing_granularity_s"], where, "billing_granularity_s",
+                          integer=True, optional=False)
+    if granularity < 1:
+        raise ConfigError(where, "column billing_granularity_s must be >= 1", granularity)
+    priced = (row.get("priced") or "").strip() or "instance"
+    if priced not in PRICED:
+        raise ConfigError(where, f"column priced must be one of {', '.join(PRICED)}",
+                          priced)
+    vm = {c: _number(row.get(c) or "", where, c) for c in OPTIONAL_COLUMNS[1:]}
+    if priced == "instance" and any(v is not None for v in vm.values()):
+        raise ConfigError(where, "a VM price belongs to a row priced for the GPU only "
+                                 "(priced: gpu)", priced)
+    return Offer(
+        provider=provider,
+        instance=instance,
+        gpu_model=row["gpu_model"].strip(),
+        gpu_count=int(_number(row["gpu_count"], where, "gpu_count", integer=True) or 0),
+        gpu_memory_gb=_number(row["gpu_memory_gb"], where, "gpu_memory_gb"),
+        vcpus=_number(row["vcpus"], where, "vcpus", integer=True),
+        region=row["region"].strip(),
+        currency=currency,
+        on_demand_per_hour=on_demand,
+        spot_per_hour=spot,
+        interruption_band=band,
+        billing_granularity_s=granularity,
+        min_billing_s=int(_number(row["min_billing_s"], where, "min_billing_s",
+                                  integer=True, optional=False)),
+        source=row["source"].strip(),
+        snapshot_date=row["snapshot_date"].strip(),
+        gpu_only=priced == "gpu",
+        vm_on_demand_per_hour=vm["vm_on_demand_per_hour"],
+        vm_spot_per_hour=vm["vm_spot_per_hour"],
+    )
+
+
+
+
+def _prices(row: dict[str, str], where: str) -> tuple[float | None, float | None]:
+    """A row's on-demand and spot prices: at least one, neither 0."""
+    on_demand = _number(row["on_demand_per_hour"], where, "on_demand_per_hour")
+    spot = _number(row["spot_per_hour"], where, "spot_per_hour")
+    if on_demand is None and spot is None:
+        raise ConfigError(where, "a row needs on_demand_per_hour or spot_per_hour")
+    for column, price in (("on_demand_per_hour", on_demand), ("spot_per_hour", spot)):
+        if price == 0:
+            raise ConfigError(where, f"column {column} is 0; leave it empty if unknown")
+    return on_demand, spot
 
 
 def packaged() -> Catalog:

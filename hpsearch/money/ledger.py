@@ -1,34 +1,42 @@
-"""The ledger: billed intervals per trial, and the money spent and wasted.
+"""The ledger: rented nodes, each trial's share of them, and the money spent and wasted.
 
 Pure module; time comes from the caller (seconds on any clock that survives the process:
 the driver uses wall-clock time so a resumed run can continue the ledger).
 
-Billed time is not progress time. An interval runs from the moment a trial's process
-starts working until it ends. Its billed seconds are its length rounded up to the
-billing granularity, and at least the minimum billing period. Money is billed seconds x
-price. If an interval ends in a failure or preemption, the work since its last
-checkpoint is lost: that part is *wasted* (it is also spent). Example: a trial
-preempted 90 s after it started, with its last checkpoint at 60 s, has 30 s x price
-wasted.
+A provider bills *nodes* (instances), so the ledger does too. A :class:`Rental` runs from
+the moment a node is rented (for a local run: this machine, from the run's start) to the
+moment it is released; its billed seconds are its length rounded up to the node's
+billing granularity and at least its minimum billing period, applied once per rental.
+Each trial is charged its *share* of the node while it runs (an :class:`Interval`: its
+reserved GPUs, or CPUs, over the node's, times the node's price, for the seconds it ran,
+unrounded). What the node billed beyond the trials' shares is *idle* money. So node money
+= trials' shares + idle, and every trial's share splits into work kept and work *wasted*:
+if an interval ends in a failure or preemption, the work since its last checkpoint is
+lost (a trial preempted 90 s after it started, with its last checkpoint at 60 s, has
+30 s x its share's price wasted). :mod:`hpsearch.money.statement` adds it all up.
+
+A ledger written before node billing (format 1) holds intervals without a node: each is
+billed on its own, at its own granularity and minimum, as it was then.
 
 The ledger is persisted as JSON lines (one event per line, append-only), so a run that
 is continued, or resumed after its driver died, still knows what it spent. While
-intervals are open the driver also appends an ``alive`` event every few seconds: a
-driver that dies (SIGKILL, power loss) leaves open intervals behind, and the next
-session closes each at the last moment the ledger knew it running (the latest event of
-any kind written while it was open), booking the work since its last checkpoint as
-wasted. A write that fails (a full disk) is undone, so a half line never ends up in the
-middle of the file; a torn line the file holds anyway (another writer, a damaged copy)
-is refused with the way out: ``python -m hpsearch repair RUN_DIR`` (:func:`repair`).
+anything is rented or billed the driver also appends an ``alive`` event every few
+seconds: a driver that dies (SIGKILL, power loss) leaves open intervals and rentals
+behind, and the next session closes each at the last moment the ledger knew it running
+(the latest event of any kind written while it was open), booking the work since its
+last checkpoint as wasted. A write that fails (a full disk) is undone, so a half line
+never ends up in the middle of the file; a torn line the file holds anyway (another
+writer, a damaged copy) is refused with the way out: ``python -m hpsearch repair
+RUN_DIR`` (:func:`repair`).
 
-The first line names the ledger (``{"event": "ledger", "id": ...}``): the study records
-that id, so a second run dir on a shared study cannot silently start from zero money.
+The first line names the ledger (``{"event": "ledger", "id": ..., "version": ...}``):
+the study records that id, so a second run dir on a shared study cannot silently start
+from zero money. A ledger of a newer format than this hpsearch reads is refused.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import uuid
@@ -38,18 +46,27 @@ from typing import Iterable
 
 from hpsearch import keys
 from hpsearch.errors import HpsearchError
+from hpsearch.money.nodes import NodeSpec, billed_seconds
 from hpsearch.money.pricing import Price
+
+__all__ = ["DONE", "FAILED", "PREEMPTED", "STOPPED", "OPEN", "ALIVE_EVERY_S",
+           "FORMAT_VERSION", "CurrencyError", "LedgerCorrupt", "LedgerTooNew",
+           "billed_seconds", "Interval", "Rental", "TrialMoney", "Ledger", "Repair",
+           "repair"]
 
 #: How an interval ended.
 DONE, FAILED, PREEMPTED, STOPPED, OPEN = "done", "failed", "preempted", "stopped", "open"
 _LOSES_WORK = (FAILED, PREEMPTED)
+_OUTCOMES = (DONE, FAILED, PREEMPTED, STOPPED)
 
 
-#: Seconds between two ``alive`` events while intervals are open (the money a driver
-#: killed without warning can leave unbilled: at most this much per open interval).
+#: Seconds between two ``alive`` events while anything is open (the money a driver
+#: killed without warning can leave unbilled: at most this much per open rental).
 ALIVE_EVERY_S = 5.0
-#: Version of the ledger's event format (written in its first line).
-FORMAT_VERSION = 1
+#: Version of the ledger's event format (written in its header): 1 billed trials'
+#: intervals on their own; 2 bills nodes (``node``/``release`` events) and each trial's
+#: share of its node (``place``, ``startup``).
+FORMAT_VERSION = 2
 
 
 class CurrencyError(HpsearchError):
@@ -76,6 +93,18 @@ class LedgerCorrupt(HpsearchError):
             f"backup of the file, and reports what it dropped)")
 
 
+class LedgerTooNew(HpsearchError):
+    """The ledger was written by a newer hpsearch (exit code 2, nothing written)."""
+
+    exit_code = 2
+
+    def __init__(self, path: Path | None, version: object):
+        where = _shown(path) if path is not None else "ledger"
+        super().__init__(
+            f"{where}: written in ledger format {version}, newer than this hpsearch reads "
+            f"(formats 1-{FORMAT_VERSION}); upgrade hpsearch to continue this run dir")
+
+
 def _shown(path: Path) -> str:
     try:
         return str(path.relative_to(Path.cwd()))
@@ -83,33 +112,28 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def billed_seconds(length_s: float, granularity_s: int, min_billing_s: int) -> float:
-    """Seconds billed for an interval of ``length_s``: rounded up to a multiple of
-    ``granularity_s`` (0: not rounded, e.g. a simulated worker), and at least
-    ``min_billing_s``."""
-    length = max(0.0, length_s)
-    if granularity_s <= 0:
-        return float(max(min_billing_s, length))
-    rounded = math.ceil(length / granularity_s - 1e-9) * granularity_s
-    return float(max(min_billing_s, rounded))
-
-
 @dataclass
 class Interval:
-    """One stretch of billed time of one trial on one instance.
+    """One stretch of billed time of one trial.
 
     Attributes:
         trial: The trial's number (the Optuna trial number).
         instance: ``provider:instance`` it ran on.
         spot: Whether it was billed at the spot price.
-        price_per_hour: Price of this trial-hour.
+        price_per_hour: Price of this trial-hour: its share of its node's price (or, in a
+            format-1 ledger, the trial-hour price of the run).
         currency: ISO currency code.
         start_s: When billing started.
         end_s: When it stopped, or None while open.
         checkpoint_s: The latest checkpoint inside the interval, or None.
         outcome: ``open``, ``done``, ``stopped``, ``failed`` or ``preempted``.
-        granularity_s: Billed time is rounded up to a multiple of this.
-        min_billing_s: Least billed time.
+        granularity_s: Billed time is rounded up to a multiple of this (0 for a share of
+            a node: the node's rental is what is rounded).
+        min_billing_s: Least billed time (0 for a share of a node).
+        node: The node it ran on (its share of that node's rental), or None (format 1).
+        share: Fraction of the node it paid for.
+        cap_s: When its node was released (a node that vanished): nothing is billed after.
+        startup_s: Seconds its process spent before its first epoch, once reported.
     """
 
     trial: int
@@ -123,12 +147,23 @@ class Interval:
     outcome: str = OPEN
     granularity_s: int = 1
     min_billing_s: int = 0
+    node: str | None = None
+    share: float = 1.0
+    cap_s: float | None = None
+    startup_s: float | None = None
+
+    def until_s(self, now_s: float | None = None) -> float:
+        """Where billing stops (an open interval: ``now_s``, or its start)."""
+        end = self.end_s if self.end_s is not None else (now_s if now_s is not None
+                                                          else self.start_s)
+        if self.cap_s is not None:
+            end = min(end, self.cap_s)
+        return max(end, self.start_s)
 
     def billed_s(self, now_s: float | None = None) -> float:
         """Billed seconds (an open interval is billed up to ``now_s``)."""
-        end = self.end_s if self.end_s is not None else (now_s if now_s is not None
-                                                          else self.start_s)
-        return billed_seconds(end - self.start_s, self.granularity_s, self.min_billing_s)
+        return billed_seconds(self.until_s(now_s) - self.start_s, self.granularity_s,
+                              self.min_billing_s)
 
     def cost(self, now_s: float | None = None) -> float:
         return self.billed_s(now_s) * self.price_per_hour / 3600.0
@@ -138,10 +173,58 @@ class Interval:
         if self.outcome not in _LOSES_WORK or self.end_s is None:
             return 0.0
         kept_until = self.checkpoint_s if self.checkpoint_s is not None else self.start_s
-        return max(0.0, self.end_s - kept_until)
+        return max(0.0, self.until_s() - kept_until)
 
     def wasted_cost(self) -> float:
         return self.wasted_s() * self.price_per_hour / 3600.0
+
+
+@dataclass
+class Rental:
+    """One node rented from ``start_s`` to ``end_s``, billed as the provider bills it.
+
+    Attributes:
+        node: The node's id.
+        instance, spot, price_per_hour, currency, cpus, gpus, granularity_s,
+        min_billing_s: As in :class:`~hpsearch.money.nodes.NodeSpec`.
+        start_s: When it was rented (for a node up before the run: the run's start).
+        end_s: When it was released, or None while rented.
+        lost: It was released because it vanished (a spot node taken back).
+    """
+
+    node: str
+    instance: str
+    spot: bool
+    price_per_hour: float
+    currency: str
+    start_s: float
+    end_s: float | None = None
+    cpus: float = 0.0
+    gpus: float = 0.0
+    granularity_s: int = 1
+    min_billing_s: int = 0
+    lost: bool = False
+
+    def until_s(self, now_s: float | None = None) -> float:
+        end = self.end_s if self.end_s is not None else (now_s if now_s is not None
+                                                          else self.start_s)
+        return max(end, self.start_s)
+
+    def length_s(self, now_s: float | None = None) -> float:
+        """Seconds it was (or is, up to ``now_s``) rented."""
+        return self.until_s(now_s) - self.start_s
+
+    def billed_s(self, now_s: float | None = None) -> float:
+        """Seconds billed: its length rounded up, at least its minimum (once per rental)."""
+        return billed_seconds(self.length_s(now_s), self.granularity_s, self.min_billing_s)
+
+    def cost(self, now_s: float | None = None) -> float:
+        return self.billed_s(now_s) * self.price_per_hour / 3600.0
+
+    def spec(self) -> NodeSpec:
+        return NodeSpec(self.node, self.instance, self.spot, self.price_per_hour,
+                        self.currency, self.cpus, self.gpus, self.granularity_s,
+                        self.min_billing_s)
 
 
 @dataclass
@@ -155,67 +238,182 @@ class TrialMoney:
     spot: bool
     currency: str
     spot_cost: float = 0.0
+    share: float | None = None
 
     def attrs(self) -> dict:
         """The Optuna user attributes (keys from :mod:`hpsearch.keys`)."""
-        return {keys.ATTR_COST: self.cost, keys.ATTR_WASTED_COST: self.wasted_cost,
-                keys.ATTR_BILLED_S: self.billed_s, keys.ATTR_INSTANCE: self.instance,
-                keys.ATTR_SPOT: self.spot, keys.ATTR_CURRENCY: self.currency,
-                keys.ATTR_SPOT_COST: self.spot_cost}
+        out = {keys.ATTR_COST: self.cost, keys.ATTR_WASTED_COST: self.wasted_cost,
+               keys.ATTR_BILLED_S: self.billed_s, keys.ATTR_INSTANCE: self.instance,
+               keys.ATTR_SPOT: self.spot, keys.ATTR_CURRENCY: self.currency,
+               keys.ATTR_SPOT_COST: self.spot_cost}
+        if self.share is not None:
+            out[keys.ATTR_SHARE] = self.share
+        return out
 
 
 class Ledger:
-    """Billed intervals of every trial of a run.
+    """Rented nodes and billed intervals of every trial of a run.
 
     Args:
         path: JSON-lines file to append events to and replay from; None keeps the
             ledger in memory only.
-        currency: The run's currency; every interval must be in it.
+        currency: The run's currency; every interval and rental must be in it.
+
+    Raises:
+        LedgerCorrupt: A damaged line inside the file.
+        LedgerTooNew: The file was written in a newer format.
     """
 
     def __init__(self, path: str | Path | None = None, currency: str | None = None):
         self.path = Path(path) if path is not None else None
         self.currency = currency
         self.intervals: list[Interval] = []
+        self.rentals: list[Rental] = []
         #: The ledger's id (its first line), None until :meth:`ensure_id`.
         self.id: str | None = None
+        #: The format of the file as it was read (None: a new or empty ledger).
+        self.read_version: int | None = None
         self._open: dict[int, Interval] = {}
-        # The latest moment each open interval was known running (any event written
-        # while it was open): where a driver that died leaves it closed.
-        self._seen: dict[int, float] = {}
+        self._rented: dict[str, Rental] = {}
+        # The latest moment each open interval (by trial) and rental (by node) was known
+        # running (any event written while it was open): where a driver that died
+        # leaves it closed.
+        self._seen: dict[int | str, float] = {}
         self._alive_s: float | None = None  # the latest alive event written
-        self._cut_to: int | None = None  # bytes of complete lines, if a crash cut one
+        self._file = _JsonLines(self.path)
         if self.path is not None and self.path.exists():
-            self._replay(self.path.read_bytes())
+            _replay(self, self.path.read_bytes())
 
     def ensure_id(self) -> str:
-        """The ledger's id; a ledger without one (new, or older) gets one written."""
+        """The ledger's id; a ledger without one (new, or older) gets one written, and an
+        older format gets a header of this one (the same id) from here on."""
         if self.id is None:
             self.id = uuid.uuid4().hex
             self._write({"event": "ledger", "id": self.id, "version": FORMAT_VERSION})
+        elif self.read_version is not None and self.read_version < FORMAT_VERSION:
+            self._write({"event": "ledger", "id": self.id, "version": FORMAT_VERSION})
+            self.read_version = FORMAT_VERSION
         return self.id
 
-    # -- events -----------------------------------------------------------------------
+    # -- nodes ------------------------------------------------------------------------
 
-    def open(self, trial: int, now_s: float, price: Price) -> Interval:
-        """Start billing ``trial`` at ``now_s`` (a trial already open stays as it is)."""
+    def rent(self, node: NodeSpec, now_s: float) -> Rental:
+        """Start billing ``node`` at ``now_s`` (a node already rented stays as it is)."""
+        if node.node_id in self._rented:
+            return self._rented[node.node_id]
+        self._check_currency(node.currency)
+        rental = Rental(node.node_id, node.instance, node.spot, node.price_per_hour,
+                        node.currency, now_s, cpus=node.cpus, gpus=node.gpus,
+                        granularity_s=node.granularity_s, min_billing_s=node.min_billing_s)
+        _add_rental(self, rental)
+        self._write({"event": "node", **asdict(rental)})
+        return rental
+
+    def release(self, node: str, now_s: float, lost: bool = False) -> Rental | None:
+        """Stop billing ``node`` at ``now_s``; ``lost``: it vanished (taken back). Trials
+        still billed on it are billed no further than this moment."""
+        if node not in self._rented:
+            return None
+        event = {"event": "release", "node": node, "at_s": now_s, "lost": lost}
+        rental = _on_release(self, event)
+        self._write(event)
+        return rental
+
+    def rented(self) -> list[Rental]:
+        """The rentals still open."""
+        return list(self._rented.values())
+
+    def rental(self, node: str) -> Rental | None:
+        """The open rental of ``node``, or None."""
+        return self._rented.get(node)
+
+    # -- trials -----------------------------------------------------------------------
+
+    def open(self, trial: int, now_s: float, price: Price, node: str | None = None,
+             share: float | None = None) -> Interval:
+        """Start billing ``trial`` at ``now_s`` (a trial already open stays as it is):
+        its ``share`` of rented ``node``, or, without one, at ``price`` on its own."""
         if trial in self._open:
             return self._open[trial]
-        self._check_currency(price.currency)
-        interval = Interval(trial, price.instance, price.spot, price.per_hour, price.currency,
-                            now_s, granularity_s=price.billing_granularity_s,
-                            min_billing_s=price.min_billing_s)
-        self._apply(interval)
+        rental = self._rented.get(node) if node is not None else None
+        if rental is not None:
+            interval = Interval(trial, rental.instance, rental.spot,
+                                rental.price_per_hour * (share or 0.0), rental.currency,
+                                now_s, granularity_s=0, min_billing_s=0, node=node,
+                                share=float(share or 0.0))
+        else:
+            self._check_currency(price.currency)
+            interval = Interval(trial, price.instance, price.spot, price.per_hour,
+                                price.currency, now_s,
+                                granularity_s=price.billing_granularity_s,
+                                min_billing_s=price.min_billing_s)
+        _add_interval(self, interval)
         self._write({"event": "open", **asdict(interval)})
         return interval
 
-    def alive(self, now_s: float, every_s: float = ALIVE_EVERY_S) -> bool:
-        """Record that the open intervals were still running at ``now_s``.
+    def place(self, trial: int, node: str, share: float) -> bool:
+        """Bill ``trial``'s open interval, from its start, as its ``share`` of rented
+        ``node`` (once it is known where it landed). False if either is unknown."""
+        interval, rental = self._open.get(trial), self._rented.get(node)
+        if interval is None or rental is None or (interval.node, interval.share) == (
+                node, share):
+            return False
+        event = {"event": "place", "trial": trial, "node": node, "share": share}
+        _on_place(self, event)
+        self._write(event)
+        return True
 
-        Written at most every ``every_s`` seconds, and only while an interval is open
-        (an idle driver writes nothing). Returns whether an event was written.
+    def reprice(self, trial: int, price: Price) -> None:
+        """Bill ``trial``'s open interval at ``price`` (a trial billed on its own)."""
+        interval = self._open.get(trial)
+        if interval is None or interval.node is not None or (
+                interval.instance, interval.spot, interval.price_per_hour) == (
+                price.instance, price.spot, price.per_hour):
+            return
+        self._check_currency(price.currency)
+        event = {"event": "reprice", "trial": trial, "instance": price.instance,
+                 "spot": price.spot, "price_per_hour": price.per_hour,
+                 "granularity_s": price.billing_granularity_s,
+                 "min_billing_s": price.min_billing_s}
+        _on_reprice(self, event)
+        self._write(event)
+
+    def startup(self, trial: int, seconds: float) -> None:
+        """Record the seconds ``trial``'s open interval spent before its first epoch."""
+        interval = self._open.get(trial)
+        if interval is None or interval.startup_s is not None:
+            return
+        interval.startup_s = max(0.0, float(seconds))
+        self._write({"event": "startup", "trial": trial, "seconds": interval.startup_s})
+
+    def checkpoint(self, trial: int, now_s: float) -> None:
+        """Record that ``trial`` saved a checkpoint at ``now_s``."""
+        if trial not in self._open:
+            return
+        event = {"event": "checkpoint", "trial": trial, "at_s": now_s}
+        _on_checkpoint(self, event)
+        self._write(event)
+
+    def close(self, trial: int, now_s: float, outcome: str) -> Interval | None:
+        """Stop billing ``trial``; ``outcome`` says whether work since the checkpoint is lost."""
+        if outcome not in _OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        interval = self._open.get(trial)
+        if interval is None:
+            return None
+        event = {"event": "close", "trial": trial, "at_s": max(now_s, interval.start_s),
+                 "outcome": outcome}
+        _on_close(self, event)
+        self._write(event)
+        return interval
+
+    def alive(self, now_s: float, every_s: float = ALIVE_EVERY_S) -> bool:
+        """Record that what is open was still running at ``now_s``.
+
+        Written at most every ``every_s`` seconds, and only while an interval or a
+        rental is open (nothing billed, nothing written). Returns whether it was written.
         """
-        if not self._open:
+        if not self._open and not self._rented:
             return False
         if self._alive_s is not None and now_s - self._alive_s < every_s:
             return False
@@ -224,62 +422,22 @@ class Ledger:
         self._alive_s = now_s
         return True
 
-    def reprice(self, trial: int, price: Price) -> None:
-        """Bill ``trial``'s open interval at ``price`` (once it is known which node, and
-        so which instance and kind, the trial landed on)."""
-        interval = self._open.get(trial)
-        if interval is None or (interval.instance, interval.spot, interval.price_per_hour) == (
-                price.instance, price.spot, price.per_hour):
-            return
-        self._check_currency(price.currency)
-        interval.instance, interval.spot = price.instance, price.spot
-        interval.price_per_hour = price.per_hour
-        interval.granularity_s = price.billing_granularity_s
-        interval.min_billing_s = price.min_billing_s
-        self._write({"event": "reprice", "trial": trial, "instance": price.instance,
-                     "spot": price.spot, "price_per_hour": price.per_hour,
-                     "granularity_s": price.billing_granularity_s,
-                     "min_billing_s": price.min_billing_s})
-
-    def checkpoint(self, trial: int, now_s: float) -> None:
-        """Record that ``trial`` saved a checkpoint at ``now_s``."""
-        interval = self._open.get(trial)
-        if interval is None:
-            return
-        interval.checkpoint_s = now_s
-        self._saw(now_s)
-        self._write({"event": "checkpoint", "trial": trial, "at_s": now_s})
-
-    def close(self, trial: int, now_s: float, outcome: str) -> Interval | None:
-        """Stop billing ``trial``; ``outcome`` says whether work since the checkpoint is lost."""
-        if outcome not in (DONE, FAILED, PREEMPTED, STOPPED):
-            raise ValueError(f"unknown outcome {outcome!r}")
-        interval = self._open.pop(trial, None)
-        if interval is None:
-            return None
-        self._seen.pop(trial, None)
-        interval.end_s = max(now_s, interval.start_s)
-        interval.outcome = outcome
-        self._saw(interval.end_s)
-        self._write({"event": "close", "trial": trial, "at_s": interval.end_s,
-                     "outcome": outcome})
-        return interval
-
     def close_all(self, now_s: float, outcome: str, at_last_event: bool = False) -> list[int]:
-        """Close every open interval; return the trials.
+        """Close every open interval, then release every rental; return the trials.
 
         Args:
-            now_s: When the intervals end.
-            outcome: How they ended.
+            now_s: When they end.
+            outcome: How the intervals ended.
             at_last_event: End each at the last moment the ledger knew it running instead
                 (the latest event, ``alive`` included, written while it was open): for
-                intervals left open by a driver that died, whose real end is unknown.
-                With ``outcome`` FAILED the work since its last checkpoint is wasted.
+                what a driver that died left open, whose real end is unknown. With
+                ``outcome`` FAILED the work since its last checkpoint is wasted.
         """
         trials = list(self._open)
         for trial in trials:
-            end = self.last_seen(trial) if at_last_event else now_s
-            self.close(trial, end, outcome)
+            self.close(trial, self.last_seen(trial) if at_last_event else now_s, outcome)
+        for node in list(self._rented):
+            self.release(node, self._last(node) if at_last_event else now_s)
         return trials
 
     def last_seen(self, trial: int) -> float | None:
@@ -292,18 +450,33 @@ class Ledger:
             known.append(interval.checkpoint_s)
         return max(known)
 
+    def _last(self, node: str) -> float:
+        rental = self._rented[node]
+        return max(rental.start_s, self._seen.get(node, rental.start_s))
+
     # -- totals -----------------------------------------------------------------------
 
     def is_open(self, trial: int) -> bool:
         return trial in self._open
+
+    def open_interval(self, trial: int) -> Interval | None:
+        """``trial``'s interval being billed now, or None."""
+        return self._open.get(trial)
 
     def open_trials(self) -> list[int]:
         """Trials being billed now."""
         return list(self._open)
 
     def spent(self, now_s: float | None = None, trial: int | None = None) -> float:
-        """Money billed so far (open intervals up to ``now_s``), of one trial or all."""
-        return sum(i.cost(now_s) for i in self._select(trial))
+        """Money billed so far (what is open, up to ``now_s``), of one trial or all.
+
+        All: every rental as its provider bills it, plus the intervals billed on their
+        own (no node: a format-1 ledger); one trial: its shares.
+        """
+        if trial is not None:
+            return sum(i.cost(now_s) for i in self._select(trial))
+        return (sum(r.cost(now_s) for r in self.rentals)
+                + sum(i.cost(now_s) for i in self.intervals if i.node is None))
 
     def wasted(self, trial: int | None = None) -> float:
         """Money paid for work that was lost, of one trial or all."""
@@ -321,6 +494,7 @@ class Ledger:
             billed_s=sum(i.billed_s(now_s) for i in intervals),
             instance=last.instance, spot=last.spot, currency=last.currency,
             spot_cost=sum(i.cost(now_s) for i in intervals if i.spot),
+            share=last.share if last.node is not None else None,
         )
 
     def trials(self) -> list[int]:
@@ -339,26 +513,35 @@ class Ledger:
                 f"pricing.currency: this run's ledger is in {self.currency}; "
                 f"it cannot also count {currency} (got {currency!r})")
 
-    def _apply(self, interval: Interval) -> None:
-        self.intervals.append(interval)
-        self._open[interval.trial] = interval
-        self._saw(interval.start_s)
-
     def _saw(self, at_s: float) -> None:
-        """An event at ``at_s``: every open interval was running then."""
-        for trial in self._open:
-            if at_s > self._seen.get(trial, float("-inf")):
-                self._seen[trial] = at_s
+        """An event at ``at_s``: everything open was running then."""
+        for key in (*self._open, *self._rented):
+            if at_s > self._seen.get(key, float("-inf")):
+                self._seen[key] = at_s
 
     def _write(self, event: dict) -> None:
+        self._file.append(event)
+
+    def _replay_event(self, event: dict) -> None:
+        _apply(self, event)
+
+
+class _JsonLines:
+    """An append-only JSON-lines file whose appends never leave half a line."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.cut_to: int | None = None  # bytes of complete lines, if a crash cut one
+
+    def append(self, event: dict) -> None:
         if self.path is None:
             return
         data = (json.dumps(event, sort_keys=True) + "\n").encode("utf-8")
-        if self._cut_to is not None:
+        if self.cut_to is not None:
             # Drop the half line a crash left before appending after it.
             with self.path.open("r+b") as f:
-                f.truncate(self._cut_to)
-            self._cut_to = None
+                f.truncate(self.cut_to)
+            self.cut_to = None
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -377,61 +560,142 @@ class Ledger:
         finally:
             os.close(fd)
 
-    def _replay(self, data: bytes) -> None:
-        lines = data.split(b"\n")
-        offset = 0
-        for n, raw in enumerate(lines, start=1):
-            start, offset = offset, offset + len(raw) + 1
-            if not raw.strip():
-                continue
-            last = n == len(lines)  # no newline after it: the write never completed
-            try:
-                self._replay_event(json.loads(raw))
-            except json.JSONDecodeError:
-                if last:
-                    self._cut_to = start
-                    break
-                raise LedgerCorrupt(self.path, n, "not JSON") from None
-            except CurrencyError:
-                raise
-            except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                raise LedgerCorrupt(self.path, n, _why(exc)) from None
 
-    def _replay_event(self, event: dict) -> None:
-        if not isinstance(event, dict):
-            raise TypeError("not an event")
-        kind = event.pop("event")
-        if kind == "open":
-            interval = Interval(**event)
-            self._check_currency(interval.currency)
-            self._apply(interval)
-        elif kind == "checkpoint":
-            at_s = float(event["at_s"])
-            if event["trial"] in self._open:
-                self._open[event["trial"]].checkpoint_s = at_s
-            self._saw(at_s)
-        elif kind == "alive":
-            self._saw(float(event["at_s"]))
-        elif kind == "ledger":
-            self.id = str(event["id"])
-        elif kind == "reprice":
-            interval = self._open.get(event["trial"])
-            if interval is not None:
-                for name in ("instance", "spot", "price_per_hour", "granularity_s",
-                             "min_billing_s"):
-                    setattr(interval, name, event[name])
-        elif kind == "close":
-            at_s = float(event["at_s"])
-            if event["outcome"] not in (DONE, FAILED, PREEMPTED, STOPPED):
-                raise ValueError(f"unknown outcome {event['outcome']!r}")
-            if event["trial"] in self._open:
-                interval = self._open.pop(event["trial"])
-                self._seen.pop(event["trial"], None)
-                interval.end_s = at_s
-                interval.outcome = event["outcome"]
-            self._saw(at_s)
-        else:
-            raise ValueError(f"unknown event {kind!r}")
+# -- applying events (live and replayed alike) ---------------------------------------------
+
+
+def _add_interval(ledger: Ledger, interval: Interval) -> None:
+    ledger.intervals.append(interval)
+    ledger._open[interval.trial] = interval
+    ledger._saw(interval.start_s)
+
+
+def _add_rental(ledger: Ledger, rental: Rental) -> None:
+    ledger.rentals.append(rental)
+    ledger._rented[rental.node] = rental
+    ledger._saw(rental.start_s)
+
+
+def _on_open(ledger: Ledger, event: dict) -> None:
+    interval = Interval(**event)
+    ledger._check_currency(interval.currency)
+    _add_interval(ledger, interval)
+
+
+def _on_node(ledger: Ledger, event: dict) -> None:
+    rental = Rental(**event)
+    ledger._check_currency(rental.currency)
+    _add_rental(ledger, rental)
+
+
+def _on_release(ledger: Ledger, event: dict) -> Rental | None:
+    at_s = float(event["at_s"])
+    rental = ledger._rented.pop(str(event["node"]), None)
+    if rental is not None:
+        rental.end_s = max(at_s, rental.start_s)
+        rental.lost = bool(event.get("lost", False))
+        ledger._seen.pop(rental.node, None)
+        for interval in ledger._open.values():
+            if interval.node == rental.node:
+                interval.cap_s = rental.end_s
+    ledger._saw(at_s)
+    return rental
+
+
+def _on_place(ledger: Ledger, event: dict) -> None:
+    interval = ledger._open.get(event["trial"])
+    rental = ledger._rented.get(str(event["node"]))
+    if interval is None or rental is None:
+        return
+    share = float(event["share"])
+    interval.node, interval.share = rental.node, share
+    interval.instance, interval.spot = rental.instance, rental.spot
+    interval.price_per_hour = rental.price_per_hour * share
+    interval.granularity_s, interval.min_billing_s = 0, 0
+
+
+def _on_reprice(ledger: Ledger, event: dict) -> None:
+    interval = ledger._open.get(event["trial"])
+    if interval is not None:
+        for name in ("instance", "spot", "price_per_hour", "granularity_s",
+                     "min_billing_s"):
+            setattr(interval, name, event[name])
+
+
+def _on_checkpoint(ledger: Ledger, event: dict) -> None:
+    at_s = float(event["at_s"])
+    if event["trial"] in ledger._open:
+        ledger._open[event["trial"]].checkpoint_s = at_s
+    ledger._saw(at_s)
+
+
+def _on_close(ledger: Ledger, event: dict) -> None:
+    at_s = float(event["at_s"])
+    if event["outcome"] not in _OUTCOMES:
+        raise ValueError(f"unknown outcome {event['outcome']!r}")
+    interval = ledger._open.pop(event["trial"], None)
+    if interval is not None:
+        ledger._seen.pop(interval.trial, None)
+        interval.end_s = max(at_s, interval.start_s)
+        interval.outcome = event["outcome"]
+    ledger._saw(at_s)
+
+
+def _on_startup(ledger: Ledger, event: dict) -> None:
+    interval = ledger._open.get(event["trial"])
+    if interval is not None:
+        interval.startup_s = float(event["seconds"])
+
+
+def _on_header(ledger: Ledger, event: dict) -> None:
+    version = event.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"bad version {version!r}")
+    if version > FORMAT_VERSION:
+        raise LedgerTooNew(ledger.path, version)
+    ledger.id = str(event["id"])
+    ledger.read_version = version
+
+
+_HANDLERS = {
+    "open": _on_open, "node": _on_node, "release": _on_release, "place": _on_place,
+    "reprice": _on_reprice, "checkpoint": _on_checkpoint, "close": _on_close,
+    "startup": _on_startup, "ledger": _on_header,
+    "alive": lambda ledger, event: ledger._saw(float(event["at_s"])),
+}
+
+
+def _apply(ledger: Ledger, event: dict) -> None:
+    if not isinstance(event, dict):
+        raise TypeError("not an event")
+    kind = event.pop("event")
+    handler = _HANDLERS.get(kind)
+    if handler is None:
+        raise ValueError(f"unknown event {kind!r}")
+    handler(ledger, event)
+
+
+def _replay(ledger: Ledger, data: bytes) -> None:
+    lines = data.split(b"\n")
+    offset = 0
+    for n, raw in enumerate(lines, start=1):
+        start, offset = offset, offset + len(raw) + 1
+        if not raw.strip():
+            continue
+        last = n == len(lines)  # no newline after it: the write never completed
+        try:
+            _apply(ledger, json.loads(raw))
+        except json.JSONDecodeError:
+            if last:
+                ledger._file.cut_to = start
+                break
+            raise LedgerCorrupt(ledger.path, n, "not JSON") from None
+        except (CurrencyError, LedgerTooNew):
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise LedgerCorrupt(ledger.path, n, _why(exc)) from None
+    if ledger.read_version is None and (ledger.intervals or ledger.id is not None):
+        ledger.read_version = 1
 
 
 def _why(exc: BaseException) -> str:
@@ -445,6 +709,10 @@ def _event_time(event: dict) -> float | None:
         if isinstance(event.get(key), (int, float)):
             return float(event[key])
     return None
+
+
+#: Events of one trial that need its open interval (a lost ``open`` is booked for them).
+_TRIAL_EVENTS = ("checkpoint", "close", "reprice", "place", "startup")
 
 
 @dataclass
@@ -525,7 +793,7 @@ def repair(path: str | Path, clock=time.time) -> Repair:
             if not isinstance(event, dict):
                 raise TypeError("not an event")
             check = dict(event)
-            if (damaged and check.get("event") in ("checkpoint", "close", "reprice")
+            if (damaged and check.get("event") in _TRIAL_EVENTS
                     and "trial" in check and not probe.is_open(int(check["trial"]))):
                 synth = _lost_open(probe, int(check["trial"]),
                                    gap_time if gap_time is not None else _event_time(check))
@@ -536,7 +804,7 @@ def repair(path: str | Path, clock=time.time) -> Repair:
                     kept.append(json.dumps(synth, sort_keys=True).encode())
                     result.booked.append((int(check["trial"]), float(synth["start_s"])))
             probe._replay_event(check)
-        except CurrencyError:
+        except (CurrencyError, LedgerTooNew):
             raise
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError,
                 ValueError) as exc:
@@ -576,10 +844,13 @@ def repair(path: str | Path, clock=time.time) -> Repair:
 
 
 def _lost_open(probe: Ledger, trial: int, start_s: float | None) -> dict | None:
-    """An ``open`` event standing in for a lost one, priced like the interval before."""
+    """An ``open`` event standing in for a lost one, priced like the interval before
+    (its share of the same node, if that node is still rented)."""
     if start_s is None or not probe.intervals:
         return None
     like = probe.intervals[-1]
+    node = like.node if like.node is not None and probe.rental(like.node) else None
     return {"event": "open", **asdict(Interval(
         trial, like.instance, like.spot, like.price_per_hour, like.currency, start_s,
-        granularity_s=like.granularity_s, min_billing_s=like.min_billing_s))}
+        granularity_s=like.granularity_s, min_billing_s=like.min_billing_s, node=node,
+        share=like.share if node is not None else 1.0))}

@@ -1,8 +1,12 @@
-"""The price of one trial-hour in a run, resolved from the config and the catalogue.
+"""The price of a run's instances and of one trial-hour, from the config and the catalogue.
 
-Pure module. A trial pays its share of the instance it runs on (its GPUs over the
-instance's GPUs, or its CPUs over the instance's vCPUs), at the spot or on-demand price,
-billed the way the offer says (per-second granularity, a minimum per interval).
+Pure module. The ledger bills each node (instance) as its provider does, at the spot or
+on-demand price, rounded to the offer's granularity and at least its minimum once per
+rental (:mod:`hpsearch.money.nodes`). A trial pays its share of the node it runs on (its
+GPUs over the node's GPUs, or its CPUs over the node's CPUs). :class:`Price` carries both:
+``instance_per_hour`` (the whole node, a GPU-only row's VM included where the catalogue
+knows it) and ``per_hour`` (a trial's share, for estimates). ``pricing.price_per_hour``
+is the price of one whole machine per hour.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from hpsearch.errors import ConfigError
 
 @dataclass(frozen=True)
 class Price:
-    """What one trial-hour costs and how time is billed.
+    """What an instance and one trial-hour cost, and how time is billed.
 
     Attributes:
         per_hour: Price of one trial-hour (the trial's share of the instance).
@@ -30,7 +34,7 @@ class Price:
         billing_granularity_s: Billed time is rounded up to a multiple of this.
         min_billing_s: Least billed time of one interval.
         note: How the row was chosen when ``pricing.instance`` is ``auto`` (the detected
-            GPU model), else empty.
+            GPU model), and what a GPU-only row's price includes of its VM; else empty.
     """
 
     per_hour: float
@@ -205,7 +209,8 @@ def resolve(config: Config, node_cpus: float | None = None,
             spot, _ = nodekinds.choose_spot(
                 offer.spot_per_hour, offer.on_demand_per_hour,
                 preemption_rate(config, offer), AUTO_LOST_S, AUTO_RESTART_S)
-    instance_price = offer.price_per_hour(spot)
+    instance_price = offer.instance_price_per_hour(spot)
+    note = "; ".join(filter(None, [note, _vm_note(offer, bool(spot))]))
     if node_cpus is None:
         node_cpus = float(os.cpu_count() or 1)
     share = offer.share(config.resources.cpu, config.resources.gpu, node_cpus)
@@ -220,6 +225,18 @@ def resolve(config: Config, node_cpus: float | None = None,
         min_billing_s=offer.min_billing_s,
         note=note,
     )
+
+
+def _vm_note(offer: catalog_mod.Offer, spot: bool) -> str:
+    """What a GPU-only row's price includes of the VM it is attached to."""
+    if not offer.gpu_only:
+        return ""
+    vm = offer.vm_per_hour(spot)
+    if vm is None:
+        return (f"{offer.key} is priced for the GPU only: the VM it is attached to is "
+                f"billed on top and not counted (add it with pricing.catalog)")
+    return (f"{offer.key}: the GPU's price plus its VM's, {vm:g} {offer.currency}/h "
+            f"(see the catalogue's source)")
 
 
 def _instance(config: Config, catalog: catalog_mod.Catalog, instance: str | None,

@@ -39,15 +39,19 @@ class Tally:
     paused: int = 0
     best_value: float | None = None
     best_number: int | None = None
+    budget_stopped: int = 0
 
     def finished(self, state: str, number: int | None, value: float | None) -> None:
-        """Count a trial that ended in ``state`` (COMPLETE, PRUNED or FAIL)."""
+        """Count a trial that ended in ``state`` (COMPLETE, PRUNED, BUDGET_STOPPED,
+        PAUSED or FAIL)."""
         if state == "COMPLETE":
             self.complete += 1
             if value is not None and not math.isnan(value) and self.is_better(value):
                 self.best_value, self.best_number = value, number
         elif state == "PRUNED":
             self.pruned += 1
+        elif state == "BUDGET_STOPPED":
+            self.budget_stopped += 1
         elif state == "PAUSED":
             self.paused += 1
         else:
@@ -94,11 +98,12 @@ class Progress:
         best = "-"
         if t.best_value is not None:
             best = f"{format_value(t.best_value)} (trial {t.best_number})"
-        done = t.complete + t.pruned + t.failed
+        done = t.complete + t.pruned + t.failed + t.budget_stopped
+        stopped = f"{t.budget_stopped} stopped by budget, " if t.budget_stopped else ""
         return (
             f"[{format_duration(self.clock() - self.started)}] "
             f"{done}/{self.n_trials} done: {t.complete} complete, {t.pruned} pruned, "
-            f"{t.failed} failed | {t.running} running | best {self.metric} {best}"
+            f"{stopped}{t.failed} failed | {t.running} running | best {self.metric} {best}"
             + (f" | spent {self.spent()}" if self.spent is not None else "")
         )
 
@@ -118,7 +123,8 @@ class Progress:
         """
         self.tally.finished(state, number, value)
         shown = "-" if value is None else format_value(value)
-        line = f"  trial {number} {state.lower()} after {epochs} epoch(s): {self.metric}={shown}"
+        what = "stopped by budget" if state == "BUDGET_STOPPED" else state.lower()
+        line = f"  trial {number} {what} after {epochs} epoch(s): {self.metric}={shown}"
         if error:
             signature = error_signature(error)
             first = self._errors.setdefault(signature, number)
@@ -143,7 +149,7 @@ class Progress:
         t = self.tally
         if not t.failed:
             return None
-        done = t.complete + t.pruned + t.failed
+        done = t.complete + t.pruned + t.failed + t.budget_stopped
         return (f"{t.failed} of {done} trial(s) failed"
                 + (f"; their logs: {logs}" if logs else ""))
 
@@ -190,8 +196,8 @@ class SessionListener:
     """
 
     #: How each final lifecycle state is counted and named.
-    COUNTED = {"complete": "COMPLETE", "pruned": "PRUNED", "budget_stopped": "PRUNED",
-               "failed": "FAIL", "paused": "PAUSED"}
+    COUNTED = {"complete": "COMPLETE", "pruned": "PRUNED",
+               "budget_stopped": "BUDGET_STOPPED", "failed": "FAIL", "paused": "PAUSED"}
 
     def __init__(self, progress: Progress, log: Callable[[str], None] | None = None):
         self.progress = progress

@@ -18,9 +18,14 @@ A trial record::
 Study information: ``{"name": ..., "direction": "maximize" | "minimize",
 "user_attrs": {"config": {...}, "price": {...}, ...}}``.
 
+Money comes from the study's ``money`` attribute, the ledger's statement (see
+:mod:`hpsearch.money.statement`): what every node billed, split into the trials' shares
+for work kept, work wasted, and idle capacity. A study without it (written before node
+billing) is reported from its trials' costs alone, with no idle figure.
+
 Every figure that is not read from the study is an *estimate* and says how it was made
 (its ``method``): the savings against training every trial to the end, and against
-running every trial on on-demand instances.
+running on on-demand instances.
 """
 
 from __future__ import annotations
@@ -36,8 +41,12 @@ from hpsearch.report import gpuuse
 from hpsearch.errors import ConfigError
 from hpsearch.scalars import finite as _finite
 
-#: Trial states in the order the report lists them.
-STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+#: Trial states in the order the report lists them. BUDGET_STOPPED: the budget stopped
+#: it (Optuna holds it RUNNING, or PRUNED if an older version stopped it); a later
+#: session with more money resumes it.
+STATES = ("COMPLETE", "PRUNED", "BUDGET_STOPPED", "FAIL", "RUNNING", "WAITING")
+#: The ``lifecycle`` attribute of a trial the budget stopped.
+BUDGET_STOPPED = "budget_stopped"
 #: States whose trials enter the Pareto front: only a trial trained to the end is a
 #: configuration one can pick at its cost (a pruned trial's value is a partial curve).
 FRONT_STATES = ("COMPLETE",)
@@ -69,6 +78,8 @@ class Report:
             cheapest first.
         best_vs_cost: The best metric against cumulative money (see :func:`best_vs_cost`).
         cost_by_state: ``{state: {"n", "cost", "wasted_cost"}}``.
+        idle_over_time: Each node's idle money so far over time (see
+            :func:`idle_over_time`); empty for a study from before node billing.
     """
 
     summary: dict[str, Any]
@@ -76,6 +87,7 @@ class Report:
     pareto_front: list[int] = field(default_factory=list)
     best_vs_cost: list[dict[str, Any]] = field(default_factory=list)
     cost_by_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    idle_over_time: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def metric(self) -> str:
@@ -161,9 +173,13 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         epochs = max(steps) if steps else 0
     start, end = _time(record.get("datetime_start")), _time(record.get("datetime_complete"))
     spot = attrs.get(keys.ATTR_SPOT)
+    state = str(record["state"])
+    if attrs.get(keys.ATTR_LIFECYCLE) == BUDGET_STOPPED and state in ("RUNNING", "PRUNED"):
+        state = "BUDGET_STOPPED"
+    times = [t for t in map(_finite, attrs.get(keys.ATTR_EPOCH_TIMES) or []) if t is not None]
     return {
         "number": int(record["number"]),
-        "state": str(record["state"]),
+        "state": state,
         "value": value,
         "best_value": best,
         "epochs": epochs,
@@ -176,6 +192,8 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "preemptions": int(attrs.get(keys.ATTR_PREEMPTIONS) or 0),
         "instance": attrs.get(keys.ATTR_INSTANCE),
         "spot": None if spot is None else bool(spot),
+        "share": _finite(attrs.get(keys.ATTR_SHARE)),
+        "epoch_s": _median(times) if times else None,
         # Money billed at spot prices: all of it for a spot trial whose record predates
         # the split, none for an on-demand one.
         "spot_cost": _finite(attrs.get(keys.ATTR_SPOT_COST,
@@ -238,7 +256,7 @@ def pareto_front(points: Iterable[tuple[Hashable, float, float]], mode: str) -> 
 # -- the plots' data -------------------------------------------------------------------
 
 def _completion_key(row: Mapping[str, Any]) -> tuple:
-    done = row["state"] in ("COMPLETE", "PRUNED", "FAIL")
+    done = row["state"] in ("COMPLETE", "PRUNED", "BUDGET_STOPPED", "FAIL")
     when = _time(row.get("datetime_complete")) if done else None
     # Unfinished (and undated) trials after the finished ones, by number.
     return (0, when.timestamp(), row["number"]) if when else (1, 0.0, row["number"])
@@ -528,6 +546,152 @@ def savings_vs_on_demand_without_pruning(rows: Sequence[Mapping[str, Any]],
     return _estimate(total, baseline, METHOD_BOTH)
 
 
+# -- node money (the ledger's statement) ------------------------------------------------
+
+METHOD_NO_PRUNING_NODES = (
+    "estimate: each node rented longer by the work its PRUNED trials would have needed "
+    "to reach max_epochs (each trial's share of the node x its remaining epochs x its "
+    "median measured epoch time), at the packing the node showed while trials ran on it "
+    "(their share-seconds over that span: the idle that goes with the work follows it), "
+    "then billed with the node's granularity and minimum; trials the budget stopped are "
+    "not counted (they resume), and 0 where pruning stopped nothing")
+METHOD_ON_DEMAND_NODES = (
+    "estimate: each spot node re-priced at its instance's on-demand price (the "
+    "catalogue's on-demand/spot ratio), rented shorter by the work preemptions lost and "
+    "the restarts after them (at its packing, as no preemption would have happened), "
+    "billed with its granularity and minimum; on-demand nodes as billed, so a run "
+    "without spot nodes saves 0; negative: spot cost more")
+METHOD_BOTH_NODES = (
+    "estimate: both of the above applied to each node (rented longer by its pruned "
+    "trials' remaining work, shorter by its lost work and restarts, re-priced on demand)")
+METHOD_IDLE = (
+    "node money the trials' shares did not cover, per node: from the ledger, not an "
+    "estimate (start-up, gaps between trials, capacity no trial reserved, and the "
+    "billing's rounding and minimum)")
+
+
+def node_money(study: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The study's ``money`` attribute (the ledger's statement), or None when the study
+    has none (written before node billing) or it is not readable."""
+    money = (study.get("user_attrs") or {}).get(keys.ATTR_MONEY)
+    if not isinstance(money, Mapping) or not isinstance(money.get("nodes"), list):
+        return None
+    if any(_finite(money.get(k)) is None for k in ("total", "kept", "wasted", "idle")):
+        return None
+    return dict(money)
+
+
+def node_rows(money: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per rental for the report's node table (no timeline)."""
+    out = []
+    for i, node in enumerate(money.get("nodes") or []):
+        cost = _finite(node.get("cost")) or 0.0
+        idle = _finite(node.get("idle_cost")) or 0.0
+        out.append({
+            "rental": i, "node": str(node.get("node", "")), "instance": node.get("instance"),
+            "spot": bool(node.get("spot")), "lost": bool(node.get("lost")),
+            "price_per_hour": _finite(node.get("price_per_hour")),
+            "rented_s": _finite(node.get("length_s")), "billed_s": _finite(node.get("billed_s")),
+            "cost": cost, "kept_cost": _finite(node.get("kept_cost")),
+            "wasted_cost": _finite(node.get("wasted_cost")), "idle_cost": idle,
+            "idle_share": idle / cost if cost > 0 else None,
+            "trials": len(node.get("trials") or {}),
+        })
+    return out
+
+
+def idle_over_time(money: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each rental's idle money so far against seconds since the first rental started:
+    ``[{"rental", "node", "instance", "spot", "t_s": [...], "idle_cost": [...]}]``."""
+    nodes = money.get("nodes") or []
+    starts = [_finite(n.get("start_s")) for n in nodes]
+    origin = min((t for t in starts if t is not None), default=0.0)
+    out = []
+    for i, node in enumerate(nodes):
+        points = [(float(t), float(c)) for t, c in node.get("timeline") or []]
+        out.append({"rental": i, "node": str(node.get("node", "")),
+                    "instance": node.get("instance"), "spot": bool(node.get("spot")),
+                    "t_s": [t - origin for t, _ in points],
+                    "idle_cost": [c for _, c in points]})
+    return out
+
+
+def _packing(node: Mapping[str, Any]) -> float:
+    """Share-seconds of trials over the span they ran on the node, in (0, 1]."""
+    work, active = _finite(node.get("work_s")) or 0.0, _finite(node.get("active_s")) or 0.0
+    return min(1.0, work / active) if work > 0 and active > 0 else 1.0
+
+
+def _rebilled(node: Mapping[str, Any], extra_s: float, price: float) -> float:
+    """The node's bill with its rental ``extra_s`` longer (or shorter), at ``price``."""
+    from hpsearch.money.nodes import billed_seconds
+
+    length = max(0.0, (_finite(node.get("length_s")) or 0.0) + extra_s)
+    return billed_seconds(length, int(node.get("granularity_s") or 0),
+                          int(node.get("min_billing_s") or 0)) * price / 3600.0
+
+
+def _pruned_extra_s(money: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+                    max_epochs: int) -> dict[int, float]:
+    """Rental index -> share-seconds its PRUNED trials needed to reach ``max_epochs``
+    (each trial on the last rental it ran on)."""
+    last: dict[int, tuple[int, float]] = {}
+    for i, node in enumerate(money.get("nodes") or []):
+        for trial, share in (node.get("trials") or {}).items():
+            last[int(trial)] = (i, _finite(share) or 0.0)
+    extra: dict[int, float] = {}
+    for row in rows:
+        if row["state"] != "PRUNED" or row["number"] not in last or row["epochs"] <= 0:
+            continue
+        epoch_s = row.get("epoch_s") or ((row.get("billed_s") or 0.0) / row["epochs"])
+        rental, share = last[row["number"]]
+        remaining = max(0, max_epochs - row["epochs"])
+        extra[rental] = extra.get(rental, 0.0) + share * remaining * epoch_s
+    return extra
+
+
+def node_savings(money: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+                 max_epochs: int | None, ratios: Mapping[str, float | None], *,
+                 pruning: bool, on_demand: bool) -> dict[str, Any]:
+    """What the same nodes would have billed without pruning (``pruning``) and/or on
+    demand (``on_demand``), against what they billed (see the ``METHOD_*_NODES``)."""
+    total = _finite(money.get("total")) or 0.0
+    if pruning and not max_epochs:
+        return _estimate(total, None, "not estimated: the study records no max_epochs")
+    extra = _pruned_extra_s(money, rows, max_epochs) if pruning else {}
+    baseline = _finite(money.get("unplaced")) or 0.0
+    missing: set[str] = set()
+    repriced = 0
+    for i, node in enumerate(money.get("nodes") or []):
+        price = _finite(node.get("price_per_hour")) or 0.0
+        packing = _packing(node)
+        change = extra.get(i, 0.0) / packing
+        if on_demand and node.get("spot"):
+            ratio = ratios.get(str(node.get("instance") or ""))
+            if ratio is None:
+                missing.add(str(node.get("instance")))
+            else:
+                lost = (_finite(node.get("wasted_s")) or 0.0) + (
+                    _finite(node.get("restart_s")) or 0.0)
+                change -= lost / packing
+                price *= ratio
+                repriced += 1
+        baseline += _rebilled(node, change, price)
+    method = (METHOD_BOTH_NODES if pruning and on_demand
+              else METHOD_NO_PRUNING_NODES if pruning else METHOD_ON_DEMAND_NODES)
+    if missing:
+        method += (f"; spot nodes of {', '.join(sorted(missing))} (no on-demand price in "
+                   f"the catalogue) counted as billed")
+    estimate = _estimate(total, baseline, method, n_nodes=len(money.get("nodes") or []))
+    if abs(estimate["amount"]) < 1e-12:
+        estimate["amount"], estimate["share"] = 0.0, 0.0
+    if on_demand:
+        estimate.update(n_repriced=repriced, not_repriced=sorted(missing))
+    if pruning:
+        estimate["n_scaled"] = sum(1 for r in rows if r["state"] == "PRUNED")
+    return estimate
+
+
 # -- the summary -------------------------------------------------------------------------
 
 def study_mode(study: Mapping[str, Any]) -> str:
@@ -557,21 +721,16 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     Keys: ``study``, ``metric``, ``mode``, ``currency``, ``instance``, ``spot``,
     ``max_epochs``; ``n_trials`` and ``n_by_state``; ``best_trial``, ``best_value``,
     ``best_params``, ``best_epochs``, ``best_cost`` (the best COMPLETE trial, lowest
-    number on ties; None if none completed); ``total_cost``, ``wasted_cost``,
-    ``billed_s`` (sums over trials; running trials up to their latest epoch);
-    ``budget_max_cost`` and ``budget_used`` (total / budget.max_cost, None without a
-    budget); the estimates ``savings_vs_no_pruning``, ``savings_vs_on_demand`` and
-    ``savings_vs_on_demand_without_pruning``; ``pareto_front`` (COMPLETE trials) and
-    ``pareto_front_label`` (``"<metric> vs cost"``); ``preemptions``;
-    ``idle_gpu_cost`` (money paid while trials' GPUs ran no kernel, an estimate; None
-    when no trial sampled a GPU), ``gpu_util_mean`` (cost-weighted over GPU trials) and
-    ``idle_gpu_cost_method``.
+    number on ties; None if none completed); the money (see :func:`money_summary`);
+    ``pareto_front`` (COMPLETE trials) and ``pareto_front_label`` (``"<metric> vs
+    cost"``); ``preemptions``; ``idle_gpu_cost`` (money paid while trials' GPUs ran no
+    kernel, an estimate; None when no trial sampled a GPU), ``gpu_util_mean``
+    (cost-weighted over GPU trials) and ``idle_gpu_cost_method``.
     """
     attrs = study.get("user_attrs") or {}
     config = attrs.get(keys.ATTR_CONFIG) or {}
     price = attrs.get(keys.ATTR_PRICE) or {}
     mode = study_mode(study)
-    max_epochs = config.get("max_epochs")
     best = None
     for row in rows:
         if row["state"] == "COMPLETE" and row["value"] is not None and (
@@ -580,10 +739,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     by_state = dict.fromkeys(STATES, 0)
     for row in rows:
         by_state[row["state"]] = by_state.get(row["state"], 0) + 1
-    total = sum(r["cost"] or 0.0 for r in rows)
     gpu_rows = [r for r in rows if r["idle_gpu_cost"] is not None]
     gpu_cost = sum(r["cost"] or 0.0 for r in gpu_rows)
-    cap = _finite((config.get("budget") or {}).get("max_cost"))
     metric = (config.get("objective") or {}).get("metric") or "value"
     return {
         "study": study.get("name"),
@@ -592,7 +749,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
         "currency": _currency(attrs, rows),
         "instance": price.get("instance"),
         "spot": price.get("spot"),
-        "max_epochs": max_epochs,
+        "max_epochs": config.get("max_epochs"),
         "n_trials": len(rows),
         "n_by_state": by_state,
         "best_trial": best["number"] if best else None,
@@ -600,16 +757,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
         "best_params": dict(best["params"]) if best else None,
         "best_epochs": best["epochs"] if best else None,
         "best_cost": best["cost"] if best else None,
-        "total_cost": total,
-        "wasted_cost": sum(r["wasted_cost"] or 0.0 for r in rows),
-        "billed_s": sum(r["billed_s"] or 0.0 for r in rows),
+        **money_summary(rows, study, ratios),
         "preemptions": sum(r["preemptions"] for r in rows),
-        "budget_max_cost": cap,
-        "budget_used": total / cap if cap else None,
-        "savings_vs_no_pruning": savings_vs_no_pruning(rows, max_epochs),
-        "savings_vs_on_demand": savings_vs_on_demand(rows, ratios),
-        "savings_vs_on_demand_without_pruning":
-            savings_vs_on_demand_without_pruning(rows, max_epochs, ratios),
         "pareto_front": list(front),
         "pareto_front_label": f"{metric} vs cost",
         "best_vs_cost_method": METHOD_CURVE,
@@ -619,6 +768,55 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
                           / gpu_cost if gpu_cost > 0 else None),
         "idle_gpu_cost_method": gpuuse.METHOD_IDLE,
     }
+
+
+def money_summary(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
+                  ratios: Mapping[str, float | None]) -> dict[str, Any]:
+    """The summary's money: ``total_cost`` (what the nodes billed), ``kept_cost``,
+    ``wasted_cost``, ``idle_cost`` (kept apart: total = kept + wasted + idle),
+    ``node_billed_s``, ``billed_s`` (the trials' seconds), ``nodes`` (see
+    :func:`node_rows`), ``money_method``, ``budget_max_cost`` and ``budget_used``
+    (total / budget.max_cost), and the estimates ``savings_vs_no_pruning``,
+    ``savings_vs_on_demand`` and ``savings_vs_on_demand_without_pruning``.
+
+    From the study's ``money`` attribute when it has one; otherwise (a study from
+    before node billing) from the trials' costs, with ``idle_cost`` and ``nodes``
+    unknown (None, []) and the per-trial estimates.
+    """
+    config = (study.get("user_attrs") or {}).get(keys.ATTR_CONFIG) or {}
+    max_epochs = config.get("max_epochs")
+    cap = _finite((config.get("budget") or {}).get("max_cost"))
+    money = node_money(study)
+    trial_s = sum(r["billed_s"] or 0.0 for r in rows)
+    if money is None:
+        total = sum(r["cost"] or 0.0 for r in rows)
+        wasted = sum(r["wasted_cost"] or 0.0 for r in rows)
+        out = {"total_cost": total, "kept_cost": total - wasted, "wasted_cost": wasted,
+               "idle_cost": None, "node_billed_s": None, "billed_s": trial_s, "nodes": [],
+               "money_method": "the trials' own costs (a study from before node billing: "
+                               "no idle figure)",
+               "savings_vs_no_pruning": savings_vs_no_pruning(rows, max_epochs),
+               "savings_vs_on_demand": savings_vs_on_demand(rows, ratios),
+               "savings_vs_on_demand_without_pruning":
+                   savings_vs_on_demand_without_pruning(rows, max_epochs, ratios)}
+    else:
+        def saved(pruning: bool, on_demand: bool) -> dict[str, Any]:
+            return node_savings(money, rows, max_epochs, ratios, pruning=pruning,
+                                on_demand=on_demand)
+
+        nodes = node_rows(money)
+        out = {"total_cost": money["total"], "kept_cost": money["kept"],
+               "wasted_cost": money["wasted"], "idle_cost": money["idle"],
+               "node_billed_s": sum(n["billed_s"] or 0.0 for n in nodes),
+               "billed_s": trial_s, "nodes": nodes,
+               "money_method": str(money.get("method") or ""),
+               "idle_cost_method": METHOD_IDLE,
+               "savings_vs_no_pruning": saved(True, False),
+               "savings_vs_on_demand": saved(False, True),
+               "savings_vs_on_demand_without_pruning": saved(True, True)}
+    out["budget_max_cost"] = cap
+    out["budget_used"] = out["total_cost"] / cap if cap else None
+    return out
 
 
 def default_catalog(study: Mapping[str, Any]) -> catalog_mod.Catalog:
@@ -650,8 +848,11 @@ def build(records: Iterable[Mapping[str, Any]], study: Mapping[str, Any],
     on_front = set(front)
     for row in rows:
         row["on_pareto_front"] = row["number"] in on_front
+    money = node_money(study)
     spot_instances = sorted({r["instance"] for r in rows
-                             if (r.get("spot_cost") or 0) > 0 and r["instance"]})
+                             if (r.get("spot_cost") or 0) > 0 and r["instance"]}
+                            | {str(n.get("instance")) for n in (money or {}).get("nodes", [])
+                               if n.get("spot")})
     ratios = on_demand_ratios(spot_instances, catalog or default_catalog(study)) \
         if spot_instances else {}
     return Report(
@@ -660,4 +861,5 @@ def build(records: Iterable[Mapping[str, Any]], study: Mapping[str, Any],
         pareto_front=front,
         best_vs_cost=best_vs_cost(rows, mode),
         cost_by_state=cost_by_state(rows),
+        idle_over_time=idle_over_time(money) if money is not None else [],
     )

@@ -28,14 +28,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from hpsearch.errors import ConfigError, HpsearchError
+from hpsearch.money.fmt import fmt_money
 from hpsearch.report.report import ROW_COLUMNS, MetricAxis, Pin, Report, cost_axis, metric_axis
 
 #: Output formats and their file names.
 FORMATS = {"html": "report.html", "csv": "report.csv", "json": "report.json",
            "md": "report.md"}
 
-_STATE_COLORS = {"COMPLETE": "#2b8a3e", "PRUNED": "#e8590c", "FAIL": "#c92a2a",
-                 "RUNNING": "#1971c2", "WAITING": "#868e96"}
+_STATE_COLORS = {"COMPLETE": "#2b8a3e", "PRUNED": "#e8590c", "BUDGET_STOPPED": "#f08c00",
+                 "FAIL": "#c92a2a", "RUNNING": "#1971c2", "WAITING": "#868e96"}
 
 
 def parse_formats(text: str) -> list[str]:
@@ -182,21 +183,6 @@ def _sync_folder(folder: Path) -> None:
 
 # -- formatting ----------------------------------------------------------------------------
 
-def fmt_money(amount: float | None, currency: str | None) -> str:
-    """``0.001234 USD``; ``0 USD`` for nothing; ``-`` when unknown (small sums keep their
-    digits)."""
-    if amount is None:
-        return "-"
-    unit = f" {currency}" if currency else ""
-    if amount == 0:
-        return f"0{unit}"
-    if abs(amount) >= 10:
-        return f"{amount:.2f}{unit}"
-    if abs(amount) >= 0.01:
-        return f"{amount:.4f}{unit}"
-    return f"{amount:.6f}{unit}"
-
-
 def fmt_value(value: Any) -> str:
     """A metric or parameter value: floats to 4 significant digits, None as ``-``."""
     if value is None:
@@ -261,9 +247,21 @@ def fmt_reason(text: str | None) -> str:
 def _estimate_text(estimate: dict[str, Any], currency: str | None) -> str:
     if estimate["amount"] is None:
         return "not estimated"
+    if estimate["amount"] < 0:
+        return (f"none: it cost {fmt_money(-estimate['amount'], currency)} more than "
+                f"{fmt_money(estimate['baseline_cost'], currency)}")
     return (f"{fmt_money(estimate['amount'], currency)} "
             f"({fmt_share(estimate['share'])} of "
             f"{fmt_money(estimate['baseline_cost'], currency)})")
+
+
+def _spent_text(summary: dict[str, Any], currency: str | None) -> str:
+    """``0.41 USD: work kept 0.2, wasted 0.01, idle 0.2``, idle only when known."""
+    parts = [f"work kept {fmt_money(summary['kept_cost'], currency)}",
+             f"wasted {fmt_money(summary['wasted_cost'], currency)}"]
+    if summary.get("idle_cost") is not None:
+        parts.append(f"idle {fmt_money(summary['idle_cost'], currency)}")
+    return f"{fmt_money(summary['total_cost'], currency)}: {', '.join(parts)}"
 
 
 def front_label(report: Report) -> str:
@@ -295,11 +293,18 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
         ("Study", f"{s['study']} ({s['metric']}, {s['mode']}imise)"),
         ("Trials", f"{s['n_trials']}" + (f" ({states})" if states else "")),
         ("Best trial", best),
-        ("Spent", fmt_money(s["total_cost"], cur)),
+        ("Spent", _spent_text(s, cur)),
+        ("Work kept", fmt_money(s["kept_cost"], cur) + " (the trials' shares of their "
+                                                      "nodes, less what was lost)"),
         ("Wasted", fmt_money(s["wasted_cost"], cur) + " (work lost to failures and "
                                                       "preemptions; part of spent)"),
+        ("Idle", (fmt_money(s["idle_cost"], cur) + " (paid capacity no trial used; part "
+                  "of spent)") if s.get("idle_cost") is not None
+         else "unknown (a study from before node billing)"),
         ("Budget used", budget),
-        ("Billed time", f"{fmt_seconds(s['billed_s'])} s of trial time"),
+        ("Billed time", f"{fmt_seconds(s['billed_s'])} s of trial time"
+         + (f"; {fmt_seconds(s['node_billed_s'])} s of node time"
+            if s.get("node_billed_s") is not None else "")),
         ("Preemptions", str(s["preemptions"])),
         ("Instance", instance),
         ("Saved by pruning (estimate)", _estimate_text(s["savings_vs_no_pruning"], cur)),
@@ -324,6 +329,8 @@ def method_lines(report: Report) -> list[tuple[str, str]]:
     """How each estimate and the money curve were made."""
     s = report.summary
     return [
+        ("Money", s.get("money_method") or ""),
+        *([("Idle", s["idle_cost_method"])] if s.get("idle_cost_method") else []),
         ("Saved by pruning", s["savings_vs_no_pruning"]["method"]),
         ("Saved by spot pricing", s["savings_vs_on_demand"]["method"]),
         ("Saved against on-demand without pruning",
@@ -335,6 +342,25 @@ def method_lines(report: Report) -> list[tuple[str, str]]:
                          f"other is at least as good on both and better on one. Pruned "
                          f"trials stopped part-way, so they are plotted but not on it"),
     ]
+
+
+def node_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Money by node (one row per rental) as header and text cells; no rows for a study
+    from before node billing."""
+    cur = report.currency
+    unit = f" ({cur})" if cur else ""
+    header = ["node", "instance", "kind", "rented s", "billed s", f"billed{unit}",
+              f"work kept{unit}", f"wasted{unit}", f"idle{unit}", "idle", "trials"]
+    rows = []
+    for n in report.summary.get("nodes") or []:
+        kind = ("spot" if n["spot"] else "on-demand") + (", lost" if n["lost"] else "")
+        rows.append([
+            n["node"][:12], str(n["instance"] or "-"), kind, fmt_seconds(n["rented_s"]),
+            fmt_seconds(n["billed_s"]), fmt_money(n["cost"], None),
+            fmt_money(n["kept_cost"], None), fmt_money(n["wasted_cost"], None),
+            fmt_money(n["idle_cost"], None), fmt_share(n["idle_share"]), str(n["trials"]),
+        ])
+    return header, rows
 
 
 def _gpu_sampled(report: Report) -> bool:
@@ -410,7 +436,8 @@ def write_csv(report: Report, path: Path, version: str | None = None) -> None:
 
 
 def json_document(report: Report, version: str | None = None) -> dict[str, Any]:
-    """``{"summary", "trials", "pareto_front", "best_vs_cost", "cost_by_state"}``."""
+    """``{"summary", "trials", "pareto_front", "best_vs_cost", "cost_by_state",
+    "idle_over_time"}``."""
     return _plain({
         "hpsearch_version": version,
         "summary": report.summary,
@@ -418,6 +445,7 @@ def json_document(report: Report, version: str | None = None) -> dict[str, Any]:
         "pareto_front": report.pareto_front,
         "best_vs_cost": report.best_vs_cost,
         "cost_by_state": report.cost_by_state,
+        "idle_over_time": report.idle_over_time,
     })
 
 
@@ -457,6 +485,10 @@ def markdown(report: Report, version: str | None = None) -> str:
             for state, v in report.cost_by_state.items()])
     else:
         lines += ["No trial has a recorded cost yet."]
+    header, rows = node_table(report)
+    if rows:
+        lines += ["", "## Money by node", ""]
+        lines += _md_table(header, rows)
     lines += ["", "## Trials", "", f"`*`: on the Pareto front ({front_label(report)}).", ""]
     lines += _md_table(*table_rows(report))
     if version:
@@ -660,7 +692,26 @@ def figures(report: Report) -> list[Panel]:
                            yaxis_tickformat=_MONEY_TICKS, yaxis_range=list(cost_axis(spent)),
                            legend_traceorder="normal")
         panels.append(Panel(heading, bars))
+    if report.idle_over_time:
+        panels.append(_idle_panel(report, layout, money))
     return panels
+
+
+def _idle_panel(report: Report, layout: dict[str, Any], money: str) -> Panel:
+    """Idle money so far against time since the first node was rented, per node."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure(layout=layout)
+    for series in report.idle_over_time:
+        kind = "spot" if series["spot"] else "on-demand"
+        figure.add_trace(go.Scatter(
+            x=series["t_s"], y=series["idle_cost"], mode="lines", line_shape="linear",
+            name=f"{series['node'][:12]} ({series['instance']}, {kind})"))
+    figure.update_layout(xaxis_title="seconds since the first node was rented",
+                         yaxis_title=f"idle {money} so far", yaxis_tickformat=_MONEY_TICKS)
+    return Panel("Idle money over time, per node", figure, [
+        "Money the nodes billed that no trial's share covered, as it accrued; the last "
+        "step of each node is its billing's rounding and minimum."])
 
 
 def _state_order(state: str) -> int:
@@ -741,6 +792,12 @@ def html_parts(report: Report, version: str | None = None) -> Iterator[str]:
     yield ("<table class=\"summary\"><tbody>" + "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
         for k, v in summary_lines(report)) + "</tbody></table>\n")
+    header, rows = node_table(report)
+    if rows:
+        yield ("<h2>Money by node</h2><table class=\"summary\"><thead><tr>"
+               + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead><tbody>"
+               + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                         for row in rows) + "</tbody></table>\n")
     yield ("<h3>How the estimates are made</h3><ul class=\"method\">" + "".join(
         f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
         for k, v in method_lines(report)) + "</ul>\n")

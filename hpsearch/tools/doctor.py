@@ -483,7 +483,7 @@ def storage_check(url: str, run_dir: Path, default: bool = False,
 def pricing_check(config: Any) -> Check:
     from hpsearch.adapters import nvml
     from hpsearch.money import pricing
-    from hpsearch.money.budget import fmt_money
+    from hpsearch.money.fmt import fmt_money
     from hpsearch.errors import ConfigError
 
     try:

@@ -47,17 +47,22 @@ optionally ``@MODEL`` to scale it to the other GPUs by the same table) replaces 
 With ``--throughput`` an epoch is its training samples / throughput, plus validation in
 the proportion the CPU probe measured.
 
-**Cost of the search** = trials x billed seconds per trial x price per second x the
-trial's share of the instance. A trial runs start-up + epochs x seconds per epoch;
-start-up is :data:`STARTUP_S` (a trial process's spawn and imports) plus the measured
-build/setup time. hpsearch bills each trial as its own interval (see
-:mod:`hpsearch.money.ledger`), so a trial's billed seconds are its run time rounded up to the
-offer's ``billing_granularity_s`` and at least its ``min_billing_s``
-(:func:`billed_s`): twenty 10-second trials on a row with a 60-second minimum pay for
-20 minutes, not 200 seconds. Spot is the expected cost: the trial's run time grown by
-the work preemptions lose (half an epoch and a restart each, at the row's interruption
-rate as ``pricing.spot: auto`` counts it), then billed the same way (the extra
-intervals a preemption opens are not charged their own minimum).
+**Cost of the search** is billed as a provider bills instances (see
+:mod:`hpsearch.money.nodes`): the trials are packed on instances by their resources (an
+instance runs as many at once as its GPUs hold: ``gpu_count // resources.gpu``; CPU
+trials on the local machine by its CPUs), ``search.concurrency`` at a time (default: the
+slots of one instance), so the search rents ``ceil(at once / slots)`` instances for
+``waves x trial time``, where a wave is one round of trials at once (:func:`pack`). Each
+instance is billed once for that rental, rounded up to the offer's
+``billing_granularity_s`` and at least its ``min_billing_s``. The trials' shares
+(``trials x trial time x GPUs per trial / the instance's GPUs``) are the work; the rest
+of what the instances bill is *idle* (an 8-GPU instance waiting for its last wave, a
+minimum longer than the search), shown beside the cost. A trial runs start-up + epochs x
+seconds per epoch; start-up is :data:`STARTUP_S` (a trial process's spawn and imports)
+plus the measured build/setup time. A row priced for the GPU only (a cloud's GPU add-on)
+includes its VM where the catalogue knows it, and says so where it does not. Spot is
+the expected cost: the rental grown by the work preemptions lose (half an epoch and a
+restart each, at the row's interruption rate as ``pricing.spot: auto`` counts it).
 
 Epochs default to ``max_epochs``: what the search costs if no trial is pruned, the
 upper end; ``--epochs`` assumes fewer.
@@ -73,6 +78,7 @@ from typing import Any, Callable, Mapping
 from hpsearch.adapters.trial.probe import PROBE_PRECISION, ProbeFigures
 from hpsearch.errors import ConfigError
 from hpsearch.money import catalog as catalog_mod
+from hpsearch.money.fmt import fmt_money
 from hpsearch.spec.space import CategoricalParam, ConstParam, FloatParam, IntParam, Space
 
 MIB = 1024 * 1024
@@ -377,12 +383,17 @@ class PlanRow:
         available_mib: Memory a trial may plan to use there (its share, with headroom).
         epoch_s: Estimated seconds per epoch, or None (``why`` says why).
         trial_s: Estimated run time of one trial (start-up and every epoch).
-        billed_s: Seconds billed for one trial on demand (:func:`billed_s`).
-        spot_billed_s: Seconds billed for one trial on spot, preemption losses included.
+        billed_s: Seconds billed for one instance's rental on demand (:func:`billed_s`).
+        spot_billed_s: The same on spot, preemption losses included.
         share: Fraction of the instance a trial pays for.
         on_demand_cost, spot_cost: The whole search's cost, or None (no such price).
         spot_factor: Billed spot time per useful second.
         why: Why it does not fit or has no time estimate.
+        nodes: Instances rented for the search; ``slots``: trials one runs at once.
+        wall_s: How long they are rented (``waves x trial_s``).
+        idle_cost: What the instances bill beyond the trials' shares (on-demand, else
+            spot), None without a cost.
+        vm_missing: A GPU-only row whose VM price the catalogue lacks (not counted).
     """
 
     offer: catalog_mod.Offer
@@ -397,6 +408,11 @@ class PlanRow:
     why: str = ""
     billed_s: float | None = None
     spot_billed_s: float | None = None
+    nodes: int = 1
+    slots: int = 1
+    wall_s: float | None = None
+    idle_cost: float | None = None
+    vm_missing: bool = False
 
     @property
     def best(self) -> tuple[float, str] | None:
@@ -407,10 +423,18 @@ class PlanRow:
 
     @property
     def minimum_billed(self) -> bool:
-        """Whether the billing minimum or granularity makes a trial pay for more time
-        than it runs (by more than a second)."""
-        return (self.trial_s is not None and self.billed_s is not None
-                and self.billed_s > self.trial_s + 1.0)
+        """Whether the billing minimum or granularity bills an instance for more time
+        than it is rented (by more than a second)."""
+        return (self.wall_s is not None and self.billed_s is not None
+                and self.billed_s > self.wall_s + 1.0)
+
+    @property
+    def idle_share(self) -> float | None:
+        """Idle over the instances' bill (the option of :attr:`idle_cost`)."""
+        cost = self.on_demand_cost if self.on_demand_cost is not None else self.spot_cost
+        if self.idle_cost is None or not cost:
+            return None
+        return self.idle_cost / cost
 
 
 @dataclass
@@ -435,6 +459,18 @@ class Plan:
     budget: tuple[float, str] | None = None
     notes: list[str] = field(default_factory=list)
     epochs_given: bool = False
+
+    def cheapest_whole(self, currency: str) -> tuple[PlanRow, float, str] | None:
+        """The cheapest rentable row in ``currency`` whose price includes its VM."""
+        out = None
+        for row in self.rows:
+            best = row.best
+            if (best is None or not row.fits or _owned(row.offer) or row.vm_missing
+                    or row.offer.currency != currency):
+                continue
+            if out is None or best[0] < out[1]:
+                out = (row, best[0], best[1])
+        return out
 
     def recommendations(self) -> dict[str, tuple[PlanRow, float, str]]:
         """``{currency: (row, cost, "spot" | "on-demand")}``: the cheapest rentable row
@@ -490,6 +526,113 @@ def check_options(catalog: catalog_mod.Catalog, *, trials: int = 1, epochs: int 
     return currency
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How a search's trials lie on instances of one offer (see the module doc).
+
+    Attributes:
+        slots: Trials one instance runs at once.
+        nodes: Instances rented for the whole search.
+        waves: Rounds of trials at once.
+    """
+
+    slots: int
+    nodes: int
+    waves: int
+
+
+def pack(trials: int, per_trial: float, capacity: float,
+         concurrency: int | None = None) -> Packing:
+    """Lay ``trials`` on instances of ``capacity`` GPUs (or CPUs), ``per_trial`` each,
+    ``concurrency`` at once (default: one instance's slots)."""
+    slots = max(1, int(capacity // per_trial + 1e-9)) if per_trial > 0 else 1
+    at_once = max(1, min(trials, concurrency or slots))
+    return Packing(slots, math.ceil(at_once / slots), math.ceil(trials / at_once))
+
+
+def rental_cost(packing: Packing, run_s: float, price_per_hour: float,
+                offer: catalog_mod.Offer) -> tuple[float, float]:
+    """``(money, billed seconds per instance)`` of the search's instances rented for
+    ``waves x run_s``, each billed once with the offer's granularity and minimum."""
+    billed = billed_s(packing.waves * run_s, offer)
+    return packing.nodes * billed * price_per_hour / 3600.0, billed
+
+
+def _costed(config: Any, offer: catalog_mod.Offer, probe: ProbeFigures, available, gpu,
+            n_gpus, trials, epochs, precision, throughput, node_cpus) -> PlanRow:
+    """One offer that fits, priced for the whole search (see the module doc)."""
+    from hpsearch.money import nodekinds, pricing
+
+    share = offer.share(config.resources.cpu, gpu, node_cpus)
+    vm_missing = offer.gpu_only and any(
+        offer.vm_per_hour(spot) is None for spot, price in (
+            (False, offer.on_demand_per_hour), (True, offer.spot_per_hour)) if price)
+    epoch_s, why = gpu_epoch_s(probe, offer.gpu_model, precision, n_gpus, throughput)
+    if epoch_s is None:
+        return PlanRow(offer, True, available, None, None, share, None, None, None, why,
+                       vm_missing=vm_missing)
+    startup_s = STARTUP_S + probe.setup_s
+    trial_s = startup_s + epochs * epoch_s
+    packing = pack(trials, gpu, offer.gpu_count, config.search.concurrency)
+    on_demand = billed = spot = factor = spot_billed = None
+    if offer.on_demand_per_hour is not None:
+        on_demand, billed = rental_cost(packing, trial_s,
+                                        offer.instance_price_per_hour(False), offer)
+    if offer.spot_per_hour is not None:
+        rate = pricing.preemption_rate(config, offer)
+        factor = nodekinds.spot_cost_factor(rate, epoch_s / 2.0, startup_s)
+        spot, spot_billed = rental_cost(packing, trial_s * factor,
+                                        offer.instance_price_per_hour(True), offer)
+    kind_spot = on_demand is None
+    cost = spot if kind_spot else on_demand
+    work = trials * (trial_s * (factor if kind_spot else 1.0)) * share / 3600.0 \
+        * offer.instance_price_per_hour(kind_spot)
+    return PlanRow(offer, True, available, epoch_s, trial_s, share, on_demand, spot, factor,
+                   billed_s=billed if billed is not None else spot_billed,
+                   spot_billed_s=spot_billed, nodes=packing.nodes, slots=packing.slots,
+                   wall_s=packing.waves * trial_s, idle_cost=None if cost is None
+                   else max(0.0, cost - work), vm_missing=vm_missing)
+
+
+def _cpu_reference(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures,
+                   currency: str | None, trials: int, epochs: int,
+                   node_cpus: float) -> tuple[str, float | None, str] | None:
+    """``(instance, cost, currency)`` of the search on this machine's CPU (``local-cpu``:
+    the machine billed for the whole search, its CPUs packed with trials)."""
+    try:
+        offer = catalog.lookup("local:local-cpu")
+    except ConfigError:
+        return None
+    if currency is not None and offer.currency != currency:
+        return None
+    cost = None
+    if probe.cpu_epoch_s is not None and offer.on_demand_per_hour is not None:
+        run_s = STARTUP_S + probe.setup_s + epochs * probe.cpu_epoch_s
+        packing = pack(trials, config.resources.cpu, node_cpus, config.search.concurrency)
+        cost = rental_cost(packing, run_s, offer.on_demand_per_hour, offer)[0]
+    return offer.key, cost, offer.currency
+
+
+def _memory_of(probe: ProbeFigures, optimizer: str | None,
+               n_gpus: int) -> tuple[MemoryEstimate, str]:
+    """The memory estimate, from the optimizer state the probe measured or the one
+    ``optimizer`` names, and a note saying which."""
+    if optimizer is None:
+        memory = estimate_memory(probe.n_params, probe.n_trainable, probe.activations_bytes,
+                                 weight_bytes=probe.weight_bytes, n_gpus=n_gpus,
+                                 optimizer_bytes=probe.optimizer_bytes,
+                                 transient_bytes=probe.largest_activation_bytes)
+        states = probe.optimizer_bytes / (4.0 * probe.n_trainable) if probe.n_trainable else 0
+        return memory, (f"{probe.optimizer} (measured state after one step: "
+                        f"{states:.2f} fp32 values per trainable parameter)")
+    states = OPTIMIZER_STATES[optimizer]
+    memory = estimate_memory(probe.n_params, probe.n_trainable, probe.activations_bytes,
+                             optimizer_states=states, weight_bytes=probe.weight_bytes,
+                             n_gpus=n_gpus, transient_bytes=probe.largest_activation_bytes)
+    return memory, (f"{optimizer} as given ({states:g} fp32 state(s) per trainable "
+                    f"parameter; the model configures {probe.optimizer})")
+
+
 def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
               trials: int | None = None, epochs: int | None = None,
               precision: str = "fp32", optimizer: str | None = None,
@@ -515,7 +658,7 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
         ConfigError: naming the option (``--trials``, ``--epochs``, ``--precision``,
             ``--optimizer``, ``--currency``, ``--throughput``) and its bad value.
     """
-    from hpsearch.money import nodekinds, pricing
+    from hpsearch.money import pricing
 
     epochs_given = epochs is not None
     trials = config.search.n_trials if trials is None else trials
@@ -527,23 +670,7 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
     if config.resources.gpu <= 0:
         notes.append("resources.gpu is 0 (CPU trials): planned as 1 GPU per trial")
     n_gpus = max(1, int(gpu)) if gpu >= 1 else 1
-    if optimizer is None:
-        memory = estimate_memory(probe.n_params, probe.n_trainable, probe.activations_bytes,
-                                 weight_bytes=probe.weight_bytes, n_gpus=n_gpus,
-                                 optimizer_bytes=probe.optimizer_bytes,
-                                 transient_bytes=probe.largest_activation_bytes)
-        states = probe.optimizer_bytes / (4.0 * probe.n_trainable) if probe.n_trainable else 0
-        optimizer_note = (f"{probe.optimizer} (measured state after one step: "
-                          f"{states:.2f} fp32 values per trainable parameter)")
-    else:
-        states = OPTIMIZER_STATES[optimizer]
-        memory = estimate_memory(probe.n_params, probe.n_trainable, probe.activations_bytes,
-                                 optimizer_states=states, weight_bytes=probe.weight_bytes,
-                                 n_gpus=n_gpus,
-                                 transient_bytes=probe.largest_activation_bytes)
-        optimizer_note = (f"{optimizer} as given ({states:g} fp32 state(s) per trainable "
-                          f"parameter; the model configures {probe.optimizer})")
-    startup_s = STARTUP_S + probe.setup_s
+    memory, optimizer_note = _memory_of(probe, optimizer, n_gpus)
     rows: list[PlanRow] = []
     too_small: list[PlanRow] = []
     for offer in catalog.offers.values():
@@ -564,24 +691,8 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
                                      None, "memory" if offer.gpu_memory_gb
                                      else "memory unknown"))
             continue
-        share = offer.share(config.resources.cpu, gpu, node_cpus)
-        epoch_s, why = gpu_epoch_s(probe, offer.gpu_model, precision, n_gpus, throughput)
-        if epoch_s is None:
-            rows.append(PlanRow(offer, True, available, None, None, share, None, None, None,
-                                why))
-            continue
-        trial_s = startup_s + epochs * epoch_s
-        billed = billed_s(trial_s, offer)
-        on_demand = (None if offer.on_demand_per_hour is None
-                     else trials * billed / 3600.0 * offer.on_demand_per_hour * share)
-        spot = factor = spot_billed = None
-        if offer.spot_per_hour is not None:
-            rate = pricing.preemption_rate(config, offer)
-            factor = nodekinds.spot_cost_factor(rate, epoch_s / 2.0, startup_s)
-            spot_billed = billed_s(trial_s * factor, offer)
-            spot = trials * spot_billed / 3600.0 * offer.spot_per_hour * share
-        rows.append(PlanRow(offer, True, available, epoch_s, trial_s, share, on_demand,
-                            spot, factor, billed_s=billed, spot_billed_s=spot_billed))
+        rows.append(_costed(config, offer, probe, available, gpu, n_gpus, trials, epochs,
+                            precision, throughput, node_cpus))
 
     def order(row: PlanRow) -> tuple:
         best = row.best
@@ -590,19 +701,7 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
 
     rows.sort(key=order)
     too_small.sort(key=lambda r: (r.offer.gpu_memory_gb or 0, r.offer.key))
-    cpu_row = None
-    cpu_epoch = probe.cpu_epoch_s
-    try:
-        cpu_offer = catalog.lookup("local:local-cpu")
-    except ConfigError:
-        cpu_offer = None
-    if cpu_offer is not None and (currency is None or cpu_offer.currency == currency):
-        cost = None
-        if cpu_epoch is not None and cpu_offer.on_demand_per_hour is not None:
-            share = cpu_offer.share(config.resources.cpu, 0.0, node_cpus)
-            billed = billed_s(startup_s + epochs * cpu_epoch, cpu_offer)
-            cost = trials * billed / 3600.0 * cpu_offer.on_demand_per_hour * share
-        cpu_row = (cpu_offer.key, cost, cpu_offer.currency)
+    cpu_row = _cpu_reference(config, catalog, probe, currency, trials, epochs, node_cpus)
     budget = None
     if config.budget.max_cost is not None:
         try:
@@ -645,16 +744,6 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def _money(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 10:
-        return f"{value:.2f}"
-    if value >= 0.01:
-        return f"{value:.4f}"
-    return f"{value:.6f}"
-
-
 def _format_params(params: Mapping[str, Any]) -> str:
     def one(value: Any) -> str:
         if isinstance(value, float):
@@ -670,7 +759,7 @@ def _owned(offer: catalog_mod.Offer) -> bool:
 
 
 def _gpu_part_only(offer: catalog_mod.Offer) -> bool:
-    return "gpu part only" in offer.source.lower()
+    return offer.gpu_only
 
 
 def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
@@ -731,39 +820,7 @@ def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
         f"{plan.gpus_per_trial:g} GPU(s) per trial")
     for note in plan.notes:
         lines.append(f"Note: {note}")
-    header = ["instance", "gpu", "mem_gb", "s/epoch", "s/trial", "billed h", "on-demand",
-              "spot (exp.)", "cur"]
-    body = []
-    for row in plan.rows:
-        o = row.offer
-        hours = None if row.billed_s is None else plan.trials * row.billed_s / 3600.0
-        body.append([
-            o.key + (" *" if _gpu_part_only(o) else "") + (" ^" if _owned(o) else ""),
-            f"{o.gpu_count}x {o.gpu_model}" if o.gpu_count > 1 else o.gpu_model,
-            f"{o.gpu_memory_gb:g}" if o.gpu_memory_gb else "-",
-            fmt_seconds(row.epoch_s) if row.epoch_s is not None else (row.why or "-"),
-            fmt_seconds(row.trial_s),
-            "-" if hours is None else f"{hours:.3g}" + (" +" if row.minimum_billed else ""),
-            _money(row.on_demand_cost), _money(row.spot_cost), o.currency,
-        ])
-    if body:
-        lines.append("GPUs that fit, cheapest first (whole search; a trial pays its share "
-                     "of the instance; spot includes the work preemptions are expected "
-                     "to lose):")
-        lines += ["  " + line for line in table(header, body)]
-    else:
-        lines.append("No catalogue GPU fits this trial"
-                     + (f" in {plan.currency_filter}" if plan.currency_filter else "") + ".")
-    if any(_gpu_part_only(r.offer) for r in plan.rows):
-        lines.append("  * the GPU's price only: the provider bills the VM around it on top")
-    if any(_owned(r.offer) for r in plan.rows):
-        lines.append("  ^ a machine you own (depreciation and power): for comparison, never "
-                     "recommended")
-    minimums = sorted({r.offer.min_billing_s for r in plan.rows if r.minimum_billed})
-    if minimums:
-        lines.append(f"  + billed at least {'/'.join(f'{m:g}' for m in minimums)} s per "
-                     "trial (the offer's billing minimum, each trial its own interval): "
-                     "more than it runs")
+    lines += _table_lines(plan, table)
     if plan.too_small:
         names = []
         for row in plan.too_small:
@@ -777,15 +834,20 @@ def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
         key, cost, cur = plan.cpu_row
         lines.append(f"This machine's CPU, for reference (measured, {p.threads} thread(s)): "
                      f"{fmt_seconds(p.cpu_epoch_s)}/epoch; the search about "
-                     f"{_money(cost)} {cur} at {key}")
+                     f"{fmt_money(cost)} {cur} at {key}")
     recs = plan.recommendations()
     for cur, (row, cost, kind) in recs.items():
         line = (f"Recommended ({cur}): {row.offer.key} ({row.offer.gpu_model}) {kind}, "
-                f"about {_money(cost)} {cur} for the search"
-                f"{' plus its VM' if _gpu_part_only(row.offer) else ''}")
+                f"about {fmt_money(cost)} {cur} for the search"
+                f"{_vm_words(row)}")
         if kind == "spot" and row.on_demand_cost is not None:
-            line += f" ({_money(row.on_demand_cost)} on demand)"
+            line += f" ({fmt_money(row.on_demand_cost)} on demand)"
         lines.append(line)
+        whole = plan.cheapest_whole(cur)
+        if row.vm_missing and whole is not None:
+            lines.append(f"  the cheapest whole instance: {whole[0].offer.key} "
+                         f"({whole[0].offer.gpu_model}) {whole[2]}, about "
+                         f"{fmt_money(whole[1])} {cur}, VM included")
         if plan.budget is not None and plan.budget[1] == cur:
             limit = plan.budget[0]
             verdict = "within" if cost <= limit else "OVER"
@@ -801,6 +863,59 @@ def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
     return lines
 
 
+def _vm_words(row: PlanRow) -> str:
+    if not _gpu_part_only(row.offer):
+        return ""
+    if row.vm_missing:
+        return " plus its VM, which is billed on top and not in the catalogue"
+    return " (the GPU and its VM)"
+
+
+def _table_lines(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
+                 ) -> list[str]:
+    """The table of GPUs that fit, with its legend."""
+    header = ["instance", "gpu", "mem_gb", "s/epoch", "s/trial", "nodes", "rented",
+              "on-demand", "spot (exp.)", "idle", "cur"]
+    body = []
+    for row in plan.rows:
+        o = row.offer
+        idle = row.idle_share
+        body.append([
+            o.key + (" *" if row.vm_missing else "") + (" ^" if _owned(o) else ""),
+            f"{o.gpu_count}x {o.gpu_model}" if o.gpu_count > 1 else o.gpu_model,
+            f"{o.gpu_memory_gb:g}" if o.gpu_memory_gb else "-",
+            fmt_seconds(row.epoch_s) if row.epoch_s is not None else (row.why or "-"),
+            fmt_seconds(row.trial_s),
+            "-" if row.wall_s is None else f"{row.nodes} x {row.slots}",
+            "-" if row.wall_s is None else fmt_seconds(row.wall_s)
+            + (" +" if row.minimum_billed else ""),
+            fmt_money(row.on_demand_cost), fmt_money(row.spot_cost),
+            "-" if idle is None else f"{idle:.0%}", o.currency,
+        ])
+    if not body:
+        return ["No catalogue GPU fits this trial"
+                + (f" in {plan.currency_filter}" if plan.currency_filter else "") + "."]
+    lines = ["GPUs that fit, cheapest first (whole search, billed per instance: nodes x "
+             "trials at once on each, rented for the search's waves of trials; idle: the "
+             "part of the bill no trial's share covers; spot includes the work preemptions "
+             "are expected to lose):"]
+    lines += ["  " + line for line in table(header, body)]
+    if any(r.vm_missing for r in plan.rows):
+        lines.append("  * the GPU's price only: the provider bills the VM around it on top, "
+                     "and the catalogue does not know it")
+    if any(_gpu_part_only(r.offer) and not r.vm_missing for r in plan.rows):
+        lines.append("  (a GPU priced apart from its VM is shown with the VM included)")
+    if any(_owned(r.offer) for r in plan.rows):
+        lines.append("  ^ a machine you own (depreciation and power): for comparison, never "
+                     "recommended")
+    minimums = sorted({r.offer.min_billing_s for r in plan.rows if r.minimum_billed})
+    if minimums:
+        lines.append(f"  + billed at least {'/'.join(f'{m:g}' for m in minimums)} s per "
+                     "instance (the offer's billing minimum, once per rental): more than "
+                     "it is rented")
+    return lines
+
+
 def _row_json(row: PlanRow) -> dict[str, Any]:
     o = row.offer
     return {
@@ -812,7 +927,10 @@ def _row_json(row: PlanRow) -> dict[str, Any]:
         "on_demand_cost": row.on_demand_cost, "spot_cost": row.spot_cost,
         "spot_factor": row.spot_factor, "currency": o.currency,
         "billing_granularity_s": o.billing_granularity_s, "min_billing_s": o.min_billing_s,
-        "gpu_price_only": _gpu_part_only(o), "owned": _owned(o), "why": row.why or None,
+        "gpu_price_only": _gpu_part_only(o), "vm_missing": row.vm_missing,
+        "owned": _owned(o), "why": row.why or None, "nodes": row.nodes,
+        "slots": row.slots, "rented_s": row.wall_s, "idle_cost": row.idle_cost,
+        "idle_share": row.idle_share,
     }
 
 

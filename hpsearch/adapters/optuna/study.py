@@ -219,9 +219,11 @@ class _Handle:
     gpu_uses: dict[str, gpuuse.GpuUse] = field(default_factory=dict)
 
 
-#: How each lifecycle state that ends a trial is told to Optuna.
+#: How each lifecycle state that ends a trial is told to Optuna. BUDGET_STOPPED is not
+#: told: Optuna cannot reopen a finished trial, and a later session with more money
+#: resumes it, so it stays RUNNING with ``lifecycle: budget_stopped``.
 _TOLD = {TState.COMPLETE: TrialState.COMPLETE, TState.PRUNED: TrialState.PRUNED,
-         TState.BUDGET_STOPPED: TrialState.PRUNED, TState.FAILED: TrialState.FAIL}
+         TState.FAILED: TrialState.FAIL}
 
 
 class StudyRecorder:
@@ -374,11 +376,14 @@ class StudyRecorder:
 
     def finish(self, number: int, state: TState, value: float | None,
                attrs: Mapping[str, Any]) -> None:
-        """Tell trial ``number``'s final state (BUDGET_STOPPED is PRUNED in Optuna)."""
+        """Tell trial ``number``'s final state; a BUDGET_STOPPED trial is left unfinished
+        (RUNNING, ``lifecycle: budget_stopped``): more money resumes it."""
         self.set_attrs(number, attrs)
         with self._lock:
             self._handles.pop(number, None)
-            told = _TOLD[state]
+            told = _TOLD.get(state)
+            if told is None:
+                return
             if told is TrialState.COMPLETE:
                 self.study.tell(number, value)
             else:
@@ -431,10 +436,12 @@ def _lifecycle_state(trial: FrozenTrial) -> TState | None:
     if trial.state is TrialState.COMPLETE:
         return TState.COMPLETE
     if trial.state is TrialState.PRUNED:
-        return TState.BUDGET_STOPPED if recorded == TState.BUDGET_STOPPED.value \
-            else TState.PRUNED
+        # Budget-stopped by a version that told it PRUNED: finished, it cannot resume.
+        return TState.PRUNED
     if trial.state is TrialState.FAIL:
         return TState.FAILED
     if trial.state is TrialState.RUNNING:
-        return TState.PAUSED if recorded == TState.PAUSED.value else TState.RUNNING
+        unfinished = {TState.PAUSED.value: TState.PAUSED,
+                      TState.BUDGET_STOPPED.value: TState.BUDGET_STOPPED}
+        return unfinished.get(recorded, TState.RUNNING)
     return None
