@@ -432,6 +432,8 @@ class SearchCore:
         self.live.discard(number)
         self.accountant.trial_ended(number, STOPPED)
         if requeue:
+            if record.state is not TrialState.PENDING:
+                self.trials.move(number, Event.MOVED, TrialState.PENDING)
             self.queue.appendleft(number)
             self.listener.trial_requeued(record, Event.MOVED, reason)
             return TrialState.PENDING

@@ -417,6 +417,21 @@ def sha256_file(path: Path) -> str:
 PROBE_DIR = ".hpsearch-probe"
 
 
+def fix_hint(url: str, default: bool) -> str:
+    """What to configure when a node cannot reach the checkpoint storage ``url``."""
+    if default:
+        return ("the run dir's checkpoints/ is on the driver's disk, which the other nodes "
+                "do not share: set checkpoint.storage to an object store every node "
+                "reaches (s3://bucket/prefix, gs://bucket/prefix) or to a path every "
+                "node mounts (NFS)")
+    if local_path(url) is not None:
+        return "mount that path on every node (the same shared disk), or use an object store"
+    return ("give every node credentials for it (an instance profile or service account, "
+            "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS in "
+            "its environment) and, for an S3-compatible server, AWS_ENDPOINT_URL; check "
+            "that the node can route to the endpoint")
+
+
 def check_token(value: str, name: str, token: str) -> str | None:
     """Whether the file ``name`` below storage ``value`` holds ``token``, as the driver
     wrote it: None when it does, else why not (one line).

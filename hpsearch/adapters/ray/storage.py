@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpsearch.recovery import storage
+from hpsearch.recovery.storage import fix_hint
 
 log = logging.getLogger("hpsearch")
 
@@ -57,21 +58,6 @@ def _remote():
 
         _REMOTE = ray.remote(num_cpus=0, max_retries=0)(_on_node)
     return _REMOTE
-
-
-def fix_hint(url: str, default: bool) -> str:
-    """What to configure when a node cannot reach the checkpoint storage ``url``."""
-    if default:
-        return ("the run dir's checkpoints/ is on the driver's disk, which the other nodes "
-                "do not share: set checkpoint.storage to an object store every node "
-                "reaches (s3://bucket/prefix, gs://bucket/prefix) or to a path every "
-                "node mounts (NFS)")
-    if storage.local_path(url) is not None:
-        return "mount that path on every node (the same shared disk), or use an object store"
-    return ("give every node credentials for it (an instance profile or service account, "
-            "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS in "
-            "its environment) and, for an S3-compatible server, AWS_ENDPOINT_URL; check "
-            "that the node can route to the endpoint")
 
 
 class StorageProbe:
