@@ -222,6 +222,14 @@ class _RaySession:
         self.joined = True
         return ray
 
+    def is_cluster(self, nodes: list[dict[str, Any]]) -> bool:
+        """Whether trials may run on other machines: a cluster joined at
+        ``cluster.address``, or a Ray initialised before the run with several nodes (a
+        local run's own Ray is this machine alone)."""
+        if self.local is not None:
+            return False
+        return self.joined or sum(1 for n in nodes if n.get("Alive")) > 1
+
     def __exit__(self, *exc_info) -> None:
         if self.local is not None:
             self.local.stop()
@@ -595,6 +603,9 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
     faults.check_writable(run_path, config_mod.sqlite_file(url))
+    from hpsearch.checkpoints import RunCheckpoints
+
+    checkpoints = RunCheckpoints(config, run_path)  # opened, priced: before anything is written
     # The lock comes first, so that a second driver is refused at once, before it
     # starts Ray or reads anything. A run dir made only to hold it is removed again if
     # the run cannot start (bad input writes nothing).
@@ -607,22 +618,26 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
         lock.acquire()
         ledger = Ledger(run_path / LEDGER_FILE, currency=currency)  # reads only
         continuing = _check_existing_study(config, url, ledger, run_path)
-        with _RaySession(config.cluster.address) as ray:
+        ray_session = _RaySession(config.cluster.address)
+        with ray_session as ray:
             nodes = ray.nodes()
             check_fits(config, nodes)
             price = _trial_price(config, pricing.resolve(
                 config, node_cpus=_largest_node_cpus(nodes), gpu=gpu), nodes)
             concurrency = _concurrency(config, ray.cluster_resources())
+            # Every node must reach the checkpoints before anything is spent.
+            checkpoints.check(nodes if ray_session.is_cluster(nodes) else None)
             started = True
             try:
                 with signals:
                     handler = _attach_log(run_path)
                     try:
                         session = _Session(config, run_path, url, price, ledger, out,
-                                           backend, signals, gpu, started_s)
+                                           backend, signals, gpu, started_s, checkpoints)
                         return session.run(continuing, concurrency, progress_interval_s)
                     finally:
                         _detach_log(handler)
+                        checkpoints.close()
             except KeyboardInterrupt:
                 # Ctrl-C (or SIGTERM) outside Tune's loop: nothing is left half done.
                 raise RunInterrupted(_interrupted_text(run_path),
@@ -726,9 +741,12 @@ def trial_log_path(run_path: Path, number: int) -> Path:
 
 
 def trial_spec(config: config_mod.Config, run_path: Path, price,
-               function: Callable[..., Any] | None = None) -> Any:
+               function: Callable[..., Any] | None = None, checkpoint_url: str | None = None,
+               storage_probe: Any = None) -> Any:
     """What every trial process of this run is sent (see ``runner.TrialSpec``);
-    ``function``: the build function given as an object to ``run(trainable=...)``."""
+    ``function``: the build function given as an object to ``run(trainable=...)``;
+    ``checkpoint_url``: where the trials' stores are (default the run dir's
+    ``checkpoints/``); ``storage_probe``: the token a trial reads before it trains."""
     from hpsearch.adapters.trial import runner
 
     preemption = config.preemption
@@ -738,7 +756,8 @@ def trial_spec(config: config_mod.Config, run_path: Path, price,
     return runner.TrialSpec(
         config=config,
         log_dir=str(run_path / "logs"),
-        checkpoint_dir=str(run_path / "checkpoints"),
+        checkpoint_url=checkpoint_url or str(run_path / "checkpoints"),
+        storage_probe=storage_probe,
         price_per_hour=price.per_hour,
         mtbp_s=3600.0 / rate if rate else None,
         trainable_fn=function,
@@ -787,7 +806,9 @@ class _Session:
 
     def __init__(self, config, run_path: Path, url: str, price, ledger,
                  out: Callable[[str], None], backend, signals: _Signals | None = None,
-                 gpu: Any = None, started_s: float | None = None):
+                 gpu: Any = None, started_s: float | None = None,
+                 checkpoints: Any = None):
+        from hpsearch.checkpoints import RunCheckpoints
         from hpsearch.money.budget import Accountant
         from hpsearch.money.nodes import Fleet
 
@@ -810,6 +831,7 @@ class _Session:
         self.budget_closed = False
         self.signals = signals or _Signals()
         self._money_written_s: float | None = None
+        self.checkpoints = checkpoints or RunCheckpoints(config, run_path)
 
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
         import yaml
@@ -830,6 +852,9 @@ class _Session:
                              self.run_path)
             recorder.study.set_user_attr(keys.ATTR_LEDGER_ID, ledger.ensure_id())
             recorder.study.set_user_attr(keys.ATTR_RUN_DIR, str(self.run_path))
+            self.checkpoints.for_run(config.name, ledger.id)
+            for key, value in self.checkpoints.study_attrs().items():
+                recorder.study.set_user_attr(key, value)
             recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
             # Intervals a stopped driver left open end at the last moment it was alive.
             ledger.close_all(self.backend.clock(), FAILED, at_last_event=True)
@@ -954,6 +979,9 @@ class _Session:
             out(f"  ({price.note})")
         out(f"Run dir: {display_path(self.run_path)}   Study: "
             f"{display_url(self.url, self.run_path)}")
+        if not self.checkpoints.default:
+            out(f"Checkpoints: {self.checkpoints.shown}/ (priced as "
+                f"{self.checkpoints.price.key})")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
 
@@ -982,13 +1010,12 @@ class _Session:
         from hpsearch.adapters.trial import runner
         from hpsearch.adapters.ray.preemption import PreemptionCallback
         from hpsearch.adapters.ray.tune import (AbortStopper, CoreCallback, CoreScheduler,
-                                                CoreSearcher)
-        from hpsearch.recovery.checkpoint import CheckpointStore
+                                                CoreSearcher, trial_resources)
         from hpsearch.recovery.preemption import SimulatedPreemptions
 
         config = self.config
         metric, mode = config.objective.metric, config.objective.mode
-        checkpoints = self.run_path / "checkpoints"
+        checkpoints = self.checkpoints
         preemption = config.preemption
         simulated = SimulatedPreemptions(preemption.simulate.rate_per_hour,
                                          preemption.simulate.at, config.search.seed)
@@ -997,18 +1024,38 @@ class _Session:
             injector = PreemptionCallback(simulated, attempts.number, preemption.simulate.signal)
 
         def note(number: int, trial_id: str) -> dict | None:
-            return CheckpointStore(checkpoints / runner.trial_name(number)).preempted(trial_id)
+            return checkpoints.preempted_note(runner.trial_name(number), trial_id)
 
+        def give_up(reason: str) -> None:
+            if core.abort is None:
+                core.abort = ConfigError("checkpoint.storage", reason)
+
+        def warn(line: str) -> None:
+            progress.emit(line)
+            log.warning("%s", line.strip())
+
+        guard = checkpoints.guard(placement, warn, give_up)
         spec = trial_spec(config, self.run_path, self.price,
-                          getattr(self.backend, "function", None))
+                          getattr(self.backend, "function", None),
+                          checkpoint_url=checkpoints.trials_url,
+                          storage_probe=(checkpoints.probe.trial_token
+                                         if checkpoints.probe is not None else None))
         trainable = tune.with_resources(
             tune.with_parameters(self.backend.trainable(spec), spec=spec),
-            placement.resources({"cpu": config.resources.cpu, "gpu": config.resources.gpu}),
+            trial_resources(placement, {"cpu": config.resources.cpu,
+                                        "gpu": config.resources.gpu}),
         )
+        # Tune's experiment (per-attempt results, error files) stays in the run dir on
+        # the driver's disk, even on a cluster without a shared disk: hpsearch never
+        # restores from it (a continued run rebuilds from the study, the ledger and the
+        # trials' checkpoints), trials report no Tune checkpoints, and the controller
+        # that writes it runs here.
         tune_dir = self.run_path / "tune"
         callback = CoreCallback(core, attempts, note, injector, progress.tick,
                                 progress.checkpoint_fallback, self._heartbeat(recorder),
-                                lambda number: str(checkpoints / runner.trial_name(number)))
+                                lambda number: checkpoints.trial(runner.trial_name(number)),
+                                refused=guard.judge if guard is not None else None,
+                                step=guard.poll if guard is not None else None)
         return tune.Tuner(
             trainable,
             param_space={},

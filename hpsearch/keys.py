@@ -29,6 +29,15 @@ HISTORY = "hps_history"  #: [[epoch, objective], ...] restored from a checkpoint
 #: [[checkpoint, reason], ...]: checkpoints set aside (corrupt, or not loadable as data)
 #: before this process resumed from an older one (its first result only)
 CHECKPOINTS_REJECTED = "hps_checkpoints_rejected"
+# What this process's checkpoints cost so far (hpsearch.money.storage.CheckpointUse).
+CKPT_COUNT = "hps_ckpt_count"  #: checkpoints written
+CKPT_BYTES = "hps_ckpt_bytes"  #: bytes written (files and manifests)
+CKPT_S = "hps_ckpt_s"  #: seconds spent checkpointing (write, hash, upload, manifest)
+CKPT_WRITES = "hps_ckpt_writes"  #: write-class requests (PUT, POST, COPY, LIST)
+CKPT_READS = "hps_ckpt_reads"  #: read-class requests (GET, HEAD)
+CKPT_STORED_BYTES = "hps_ckpt_stored_bytes"  #: bytes the trial's checkpoints hold now
+CKPT_BYTE_S = "hps_ckpt_byte_s"  #: bytes held x seconds while this process ran
+CKPT_EVERY = "hps_ckpt_every"  #: epochs between checkpoints now (Young/Daly, or set)
 
 # Trial config entries the driver adds beside the sampled params.
 TRIAL_NUMBER = "hps_trial_number"  #: the Optuna trial number
@@ -57,6 +66,14 @@ ATTR_NODES = "nodes"  #: every Ray node the trial ran on, in order
 ATTR_LIFECYCLE = "lifecycle"  #: the trial's lifecycle state (hpsearch.core.lifecycle)
 ATTR_EPOCH_TIMES = "epoch_times_s"  #: measured seconds of each epoch, oldest first
 ATTR_STARTUP_S = "startup_s"  #: seconds its first process spent before epoch 1
+# What a trial's checkpoints cost over all its attempts (see the CKPT_ result keys).
+ATTR_CKPT_COUNT = "checkpoints"
+ATTR_CKPT_BYTES = "checkpoint_bytes"
+ATTR_CKPT_S = "checkpoint_s"
+ATTR_CKPT_WRITES = "checkpoint_writes"
+ATTR_CKPT_READS = "checkpoint_reads"
+ATTR_CKPT_STORED_BYTES = "checkpoint_stored_bytes"
+ATTR_CKPT_BYTE_S = "checkpoint_byte_s"
 # Money of a trial (mirrored from the ledger).
 ATTR_COST = "cost"
 ATTR_WASTED_COST = "wasted_cost"
@@ -77,3 +94,5 @@ ATTR_MONEY = "money"
 ATTR_HPSEARCH_VERSION = "hpsearch_version"
 ATTR_LEDGER_ID = "ledger_id"  #: id of the ledger (in one run dir) that holds its money
 ATTR_RUN_DIR = "run_dir"  #: the run dir of its latest session (where that ledger was)
+ATTR_CHECKPOINT_STORAGE = "checkpoint_storage"  #: where its trials' checkpoints are
+ATTR_STORAGE_PRICE = "storage_price"  #: the StoragePrice of that storage, as a dict

@@ -344,6 +344,21 @@ def test_a_trial_moved_off_a_vanished_node_kind(requeue, state):
         assert (again.kind, again.number) == (StartKind.RESUME, 0)
 
 
+def test_a_trial_that_refused_its_node_runs_elsewhere_without_a_failure():
+    """A trial whose node cannot reach the checkpoint storage trained nothing there."""
+    core, study, _, listener = make(n=1, max_failures=0)
+    start(core)  # RUNNING on the node that cannot reach the storage
+    assert core.moved(0, "node abc cannot reach the checkpoint storage", True) is S.PENDING
+    assert core.record(0).state is S.PENDING and core.failures == []
+    assert ("requeued", 0, "moved", "node abc cannot reach the checkpoint storage") \
+        in listener.lines
+    again = core.next_start()
+    assert (again.kind, again.number) == (StartKind.RESUME, 0)
+    core.started(0)
+    assert core.record(0).state is S.RUNNING
+    assert keys.ATTR_FAILURES not in study.attrs.get(0, {})
+
+
 def test_impossible_events_are_errors():
     core, _, clock, _ = make(n=1)
     with pytest.raises(LifecycleError, match="trial 5 does not exist"):

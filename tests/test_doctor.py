@@ -458,3 +458,42 @@ def test_local_ray_check_passes_when_the_gpus_suffice():
     assert doctor.local_ray_check(two, cpus=8, trial_gpus=2).status == OK
     assert doctor.local_ray_check(two, cpus=8, trial_gpus=0.5).status == OK
     assert doctor.local_ray_check(two, cpus=8, trial_gpus=3).status == FAIL
+
+
+# -- the checkpoint storage -----------------------------------------------------------
+
+
+def test_checkpoint_storage_checks():
+    nodes = (NodeInfo("aaaa1111", True, "10.0.0.1"), NodeInfo("bbbb2222", True, "10.0.0.2"))
+    info = ClusterInfo("auto", nodes=nodes, storage={"aaaa1111": None, "bbbb2222": None})
+    (ok,) = doctor.checkpoint_storage_checks("s3://b/p", False, info)
+    assert ok.status == OK and "every alive node (2)" in ok.message
+    bad = ClusterInfo("auto", nodes=nodes, storage={
+        "aaaa1111": None, "bbbb2222": "the driver's probe file is not there"})
+    (fail,) = doctor.checkpoint_storage_checks("/run/dir/checkpoints", True, bad)
+    assert fail.status == FAIL
+    assert fail.message.startswith("node 10.0.0.2 (bbbb2222) cannot reach the run dir's "
+                                   "checkpoints/: the driver's probe file is not there")
+    assert "set checkpoint.storage to an object store" in fail.fix
+    (here,) = doctor.checkpoint_storage_checks("s3://b/p", False, None,
+                                              local_error="OSError: access denied")
+    assert here.status == FAIL and "cannot be written from here" in here.message
+    assert "AWS_ACCESS_KEY_ID" in here.fix
+    (local,) = doctor.checkpoint_storage_checks("/r/checkpoints", True, None)
+    assert local.status == OK and "this machine's disk" in local.message
+
+
+def test_doctor_writes_reads_and_deletes_a_token_where_checkpoints_go(tmp_path):
+    shared = tmp_path / "nfs" / "ckpt"
+    assert doctor._storage_write_error(str(shared)) is None
+    assert not (tmp_path / "nfs").exists()  # nothing left behind
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    try:
+        import os
+
+        if os.geteuid() != 0:  # root writes anywhere
+            assert doctor._storage_write_error(str(readonly / "x")) is not None
+    finally:
+        readonly.chmod(0o700)

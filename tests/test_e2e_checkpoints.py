@@ -61,4 +61,4 @@ def test_a_bad_newest_checkpoint_falls_back_to_the_previous_one(
     assert "checkpoint epoch-000003 is corrupt" in log and "set aside as .corrupt-" in log
     # Set aside, then pruned like any checkpoint older than the newest kept.
     assert not list(store.glob(".corrupt-*"))
-    assert (store / "epoch-000006").is_dir()
+    assert (store / "epoch-000006.json").is_file()

@@ -43,7 +43,7 @@ def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in rank1
     assert "Traceback" not in rank1
     # Rank 0 wrote the checkpoints (the last epoch is kept), and no rank is left running.
-    assert list((result.run_dir / "checkpoints" / "trial-0000").glob("epoch-000004"))
+    assert list((result.run_dir / "checkpoints" / "trial-0000").glob("epoch-000004.json"))
     assert rank_processes() == []
 
 

@@ -79,7 +79,7 @@ def test_a_lightning_trainable_resumes_exactly_after_its_process_is_killed(
     assert crashed.user_attrs["resumed_from_epochs"] == [2]
     assert sorted(crashed.intermediate_values) == [1, 2, 3, 4, 5]
     assert crashed.intermediate_values == clean.intermediate_values
-    assert list((in_tmp / "runs/lit-clean/checkpoints/trial-0000").glob("epoch-000005"))
+    assert list((in_tmp / "runs/lit-clean/checkpoints/trial-0000").glob("epoch-000005.json"))
     # The trial processes trained with `lightning` only: no Trainer or callback of the
     # other package was ever imported.
     for name in ("lit-crashed", "lit-clean"):

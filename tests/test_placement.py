@@ -144,3 +144,33 @@ def test_trial_resources_ask_for_the_node_kind_placed_on():
     assert per_trial({keys.SPOT_NODE: True}) == {"cpu": 1, "gpu": 0, nodekinds.SPOT: 0.001}
     assert per_trial({keys.SPOT_NODE: False}) == {"cpu": 1, "gpu": 0,
                                                   nodekinds.ON_DEMAND: 0.001}
+
+
+# -- nodes that cannot reach the checkpoint storage ---------------------------------
+
+
+def test_nodes_that_fail_the_storage_probe_are_avoided():
+    from hpsearch.core.placement import avoid_selector
+
+    nodes = [node("a", None), node("b", None), node("head", None)]
+    nodes[2]["Resources"] = {}  # a head that runs no trials
+    p, _ = placement(nodes)
+    assert p.storage_unjudged() == ["a", "b", "head"]
+    p.storage_verdict("a", None)
+    p.storage_verdict("b", "the driver's probe file is not there")
+    assert p.storage_unjudged() == ["head"]
+    assert p.avoid() == ["b"] and p.storage_refused() == {"b": "the driver's probe file is not there"}
+    assert not p.none_reach_storage()
+    # A pass never clears a failure (a trial that refused the node is the later word).
+    p.storage_verdict("b", None)
+    assert p.avoid() == ["b"]
+    p.storage_verdict("a", "no answer within 60 s")
+    assert p.none_reach_storage()  # the head runs no trials
+    assert avoid_selector([]) is None
+    assert avoid_selector(["b"]) == {"ray.io/node-id": "!b"}
+    assert avoid_selector(["a", "b"]) == {"ray.io/node-id": "!in(a,b)"}
+
+
+def test_dead_nodes_are_not_probed():
+    p, _ = placement([node("a", None, alive=False), node("b", None)])
+    assert p.storage_unjudged() == ["b"]

@@ -45,6 +45,9 @@ PURE_MODULES = [
     "hpsearch.money.nodekinds",
     "hpsearch.simulate",
     "hpsearch.recovery.faults",
+    "hpsearch.recovery.storage",
+    "hpsearch.money.storage",
+    "hpsearch.checkpoints",
 ]
 MARKER = "@@hpsearch-test-result@@"
 

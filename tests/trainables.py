@@ -6,6 +6,7 @@ the sampled params (a space with one-choice categoricals), never from globals.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -75,15 +76,17 @@ def wrong_return(params: dict[str, Any]):
     return digits.DigitsMLP(**_model_kwargs(params))
 
 
-def _rewrite_manifest(folder: Path) -> None:
-    """Re-hash a checkpoint folder's files into its manifest, as a forger would: the
-    checksums then match whatever the files hold."""
+def _rewrite_manifest(data: Path) -> None:
+    """Re-hash a checkpoint's files (in folder ``data``) into its manifest, as a forger
+    would: the checksums then match whatever the files hold."""
     import hashlib
     import json
 
-    manifest_path = folder / "manifest.json"
+    manifest_path = next(m for m in data.parent.glob("epoch-*.json")
+                         if json.loads(m.read_text()).get("data") == data.name)
     manifest = json.loads(manifest_path.read_text())
-    manifest["files"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    manifest["files"] = {name: {"sha256": hashlib.sha256((data / name).read_bytes()).hexdigest(),
+                                "bytes": (data / name).stat().st_size}
                          for name in manifest["files"]}
     manifest_path.write_text(json.dumps(manifest))
 
@@ -126,9 +129,10 @@ class CorruptingMLP(CrashingMLP):
     def on_train_epoch_start(self) -> None:
         marker = Path(self.crash_dir) / "crashed-corrupt"
         if self.current_epoch == self.crash_epoch and not marker.exists():
-            newest = sorted(Path(self.store_dir).glob("epoch-*"))[-1] / "trial.ckpt"
-            damage(newest, self.how, self.marker)
-            marker.write_text(newest.parent.name)
+            manifest = sorted(Path(self.store_dir).glob("epoch-*.json"))[-1]
+            data = json.loads(manifest.read_text())["data"]
+            damage(Path(self.store_dir) / data / "trial.ckpt", self.how, self.marker)
+            marker.write_text(manifest.stem)
             os._exit(1)
 
 

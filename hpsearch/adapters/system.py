@@ -71,6 +71,9 @@ class ClusterInfo:
         resources: ``ray.cluster_resources()``.
         nodes: Every node ``ray.nodes()`` lists, dead ones included.
         seconds: How long connecting and listing took.
+        storage: ``{node id: why it cannot reach the checkpoint storage, or None}``
+            when the storage was probed (empty otherwise).
+        storage_error: Why the probe could not write there from here, if so.
     """
 
     address: str
@@ -78,6 +81,9 @@ class ClusterInfo:
     resources: Mapping[str, float] = field(default_factory=dict)
     nodes: tuple[NodeInfo, ...] = ()
     seconds: float = 0.0
+    storage: Mapping[str, str | None] = field(default_factory=dict)
+    storage_error: str = ""
+
 
 #: Prefixes the child's one line of JSON (Ray may print to stdout too).
 MARKER = "@@hpsearch-doctor@@"
@@ -140,12 +146,17 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def cluster_info(address: str, timeout_s: float = RAY_TIMEOUT_S) -> ClusterInfo:
-    """Connect to the Ray cluster at ``address`` and list its resources and nodes.
+def cluster_info(address: str, timeout_s: float = RAY_TIMEOUT_S,
+                 storage_url: str | None = None) -> ClusterInfo:
+    """Connect to the Ray cluster at ``address`` and list its resources and nodes; with
+    ``storage_url``, also probe whether every alive node reaches the checkpoint storage
+    there (see :mod:`hpsearch.adapters.ray.storage`; its files are removed again).
 
     Args:
         address: ``host:port`` of the head's GCS, ``ray://host:port`` or ``auto``.
-        timeout_s: Most seconds for connecting and listing.
+        timeout_s: Most seconds for connecting and listing (the storage probe has
+            :data:`STORAGE_PROBE_S` more).
+        storage_url: The checkpoint storage's root (a path or a URL), or None.
 
     Returns:
         A :class:`ClusterInfo`; ``error`` says why nothing came back.
@@ -157,12 +168,14 @@ def cluster_info(address: str, timeout_s: float = RAY_TIMEOUT_S) -> ClusterInfo:
         if error is not None:
             return ClusterInfo(address, error=error, seconds=time.monotonic() - start)
     code = ("import sys; from hpsearch.adapters.system import probe_cluster; "
-            "probe_cluster(sys.argv[1])")
-    proc = subprocess.Popen([sys.executable, "-c", code, address], stdout=subprocess.PIPE,
+            "probe_cluster(*sys.argv[1:])")
+    args = [address] + ([storage_url] if storage_url is not None else [])
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_child_env(),
                             start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(
+            timeout=timeout_s + (STORAGE_PROBE_S + 5 if storage_url is not None else 0))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         return ClusterInfo(address, seconds=time.monotonic() - start, error=(
@@ -181,7 +194,10 @@ def cluster_info(address: str, timeout_s: float = RAY_TIMEOUT_S) -> ClusterInfo:
     nodes = tuple(NodeInfo(str(n.get("NodeID", "")), bool(n.get("Alive")),
                            str(n.get("NodeManagerAddress", "")),
                            dict(n.get("Resources") or {})) for n in data["nodes"])
-    return ClusterInfo(address, "", dict(data["resources"]), nodes, seconds)
+    probed = data.get("storage") or {}
+    return ClusterInfo(address, "", dict(data["resources"]), nodes, seconds,
+                       storage=dict(probed.get("nodes") or {}),
+                       storage_error=probed.get("error") or "")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -192,8 +208,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
-def probe_cluster(address: str) -> None:
-    """In the child process: connect, print one marker line of JSON, disconnect."""
+def probe_cluster(address: str, storage_url: str | None = None) -> None:
+    """In the child process: connect, list, probe the checkpoint storage from every
+    alive node (with ``storage_url``), print one marker line of JSON, disconnect."""
     import logging
 
     import ray
@@ -205,13 +222,37 @@ def probe_cluster(address: str) -> None:
         return
     try:
         keep = ("NodeID", "Alive", "NodeManagerAddress", "Resources")
+        nodes = ray.nodes()
         data = {"resources": ray.cluster_resources(),
-                "nodes": [{k: n.get(k) for k in keep} for n in ray.nodes()]}
+                "nodes": [{k: n.get(k) for k in keep} for n in nodes]}
+        if storage_url is not None:
+            data["storage"] = probe_storage(storage_url, nodes)
     except Exception as exc:
         data = {"error": _first_line(exc)}
     finally:
         ray.shutdown()
     print(MARKER + json.dumps(data), flush=True)
+
+
+#: Seconds every node has to answer doctor's storage probe.
+STORAGE_PROBE_S = 20.0
+
+
+def probe_storage(url: str, nodes: list[dict]) -> dict:
+    """``{"error": why the driver cannot write there or None, "nodes": {node id: why
+    it cannot reach it, or None}}``; the probe's files are removed again."""
+    from hpsearch.adapters.ray.storage import StorageProbe, alive_nodes
+
+    probe = StorageProbe(url, timeout_s=STORAGE_PROBE_S)
+    try:
+        probe.open()
+    except Exception as exc:  # no credentials, no route, read-only, ...
+        probe.close()
+        return {"error": _first_line(exc), "nodes": {}}
+    try:
+        return {"error": None, "nodes": probe.probe(alive_nodes(nodes))}
+    finally:
+        probe.close()
 
 
 def _connect_args(url: str) -> dict:

@@ -15,6 +15,7 @@ States::
       |      -> FAILED         | +--FAILED------> PENDING (a retry) or FAILED
       +--RESUMED-- PAUSED | PREEMPTED | BUDGET_STOPPED (a later session, more money)
     PAUSED | PREEMPTED | PENDING --CLOSED--> PRUNED | BUDGET_STOPPED | FAILED (session end)
+    PENDING | RUNNING --MOVED--> PENDING (placed elsewhere) or FAILED
 
 A preemption is not a failure: it has its own counter and uses no failure retry; a
 preempted trial waits like a paused one and resumes from its latest checkpoint.
@@ -67,7 +68,9 @@ class Event(enum.Enum):
     ENDED = "ended"  #: its process ended without an error
     PREEMPTED = "preempted"  #: its process or node was taken back
     FAILED = "failed"  #: its process raised or died
-    MOVED = "moved"  #: taken off a worker queue before it ran (its node kind is gone)
+    #: taken off a worker queue before it ran (its node kind is gone), or refused to
+    #: train on its node (the node cannot reach the checkpoint storage)
+    MOVED = "moved"
     CLOSED = "closed"  #: the session ended while it waited
     RESTORED = "restored"  #: rebuilt from the study at a session's start
 
@@ -89,6 +92,9 @@ TRANSITIONS: dict[tuple[TrialState | None, Event], frozenset[TrialState]] = {
     # vanished while it waited for one.
     (_S.PENDING, Event.FAILED): frozenset({_S.PENDING, _S.FAILED}),
     (_S.PENDING, Event.MOVED): frozenset({_S.PENDING, _S.FAILED}),
+    # A trial that refused to train on the node it started on (that node cannot reach
+    # the checkpoint storage): placed elsewhere, having trained nothing.
+    (_S.RUNNING, Event.MOVED): frozenset({_S.PENDING, _S.FAILED}),
     (_S.PENDING, Event.CLOSED): frozenset({_S.BUDGET_STOPPED, _S.FAILED}),
     (_S.PAUSED, Event.CLOSED): frozenset({_S.PRUNED}),
     (_S.PREEMPTED, Event.CLOSED): frozenset({_S.BUDGET_STOPPED, _S.FAILED}),

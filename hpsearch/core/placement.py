@@ -8,6 +8,15 @@ and then falls back to on-demand when that is allowed (``pricing.spot: auto`` or
 ``preemption.on_demand_fallback``), or fails with the reason. Every trial is billed at
 the node it runs on: its declared instance and kind.
 
+Nodes that cannot reach the checkpoint storage (the probe of
+:mod:`hpsearch.adapters.ray.storage` failed on them, or a trial refused to train there)
+get no trial: :meth:`Placement.avoid` lists them and every trial's placement carries a
+node label selector that excludes them (:func:`avoid_selector`, Ray's
+``ray.io/node-id`` label, which every node has). Excluding the nodes that failed rather
+than admitting those that passed keeps the demand satisfiable by any new node, so
+Ray's autoscaler still launches replacements; a trial that lands on a new node before
+its probe ran checks the storage itself and is placed elsewhere if it must be.
+
 Pure: the node list comes from an injected function (``ray.nodes`` in a real run), and
 pending trials are whatever objects carry ``trial_id``, ``status`` and ``config``.
 """
@@ -21,6 +30,18 @@ from hpsearch.money import nodekinds, pricing
 from hpsearch.spec.config import Config
 from hpsearch.errors import ConfigError
 from hpsearch.money.pricing import Price
+
+#: The label Ray gives every node: its node id.
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+def avoid_selector(node_ids: list[str]) -> dict[str, str] | None:
+    """A Ray label selector that excludes ``node_ids`` (None when there are none)."""
+    if not node_ids:
+        return None
+    if len(node_ids) == 1:
+        return {NODE_ID_LABEL: f"!{node_ids[0]}"}
+    return {NODE_ID_LABEL: f"!in({','.join(node_ids)})"}
 
 
 class Placement:
@@ -51,6 +72,8 @@ class Placement:
         self._prices: dict[str, Price] = {}
         self._stuck_since: dict[str, float] = {}
         self._judged: set[str] = set()
+        #: node id -> None (it reaches the checkpoint storage) or why it does not.
+        self._storage: dict[str, str | None] = {}
 
     def nodes(self) -> list[nodekinds.NodeKind]:
         if self.clock() - self._read_at > 1.0:
@@ -117,6 +140,31 @@ class Placement:
             self._judged.add(trial.trial_id)
             out.append((trial, requeue, reason))
         return out
+
+    # -- the checkpoint storage -------------------------------------------------------
+
+    def storage_verdict(self, node_id: str, error: str | None) -> None:
+        """Record whether ``node_id`` reaches the checkpoint storage (``error`` None)."""
+        if error is not None or node_id not in self._storage:
+            self._storage[node_id] = error
+
+    def storage_unjudged(self) -> list[str]:
+        """Alive nodes whose reach of the checkpoint storage is not known yet."""
+        return [n.node_id for n in self.nodes() if n.alive and n.node_id not in self._storage]
+
+    def avoid(self) -> list[str]:
+        """Nodes no trial may be placed on (they cannot reach the checkpoint storage)."""
+        return sorted(n for n, error in self._storage.items() if error is not None)
+
+    def storage_refused(self) -> dict[str, str]:
+        """``{node id: why}`` of the nodes that cannot reach the checkpoint storage."""
+        return {n: e for n, e in self._storage.items() if e is not None}
+
+    def none_reach_storage(self) -> bool:
+        """Whether every alive node that could run a trial failed the storage probe."""
+        alive = [str(n.get("NodeID", "")) for n in self.list_nodes() if n.get("Alive")
+                 and (n.get("Resources") or {}).get("CPU", 0) > 0]
+        return bool(alive) and all(self._storage.get(n) is not None for n in alive)
 
     def resources(self, base: dict[str, float]) -> Callable[[dict[str, Any]], dict]:
         """Tune's per-trial resources: ``base`` plus the kind the trial was placed on."""

@@ -448,11 +448,15 @@ class SearchCore:
 
     def moved(self, number: int, reason: str, requeue: bool) -> TrialState:
         """Trial ``number`` was taken off a worker queue before it ran (its node kind is
-        gone): queued again to run elsewhere (``requeue``), or FAILED with ``reason``."""
+        gone), or its process refused to train on its node (the node cannot reach the
+        checkpoint storage): queued again to run elsewhere (``requeue``), or FAILED
+        with ``reason``. Neither a failure nor a preemption: no counter, no retry."""
         record = self.trials.check(number, Event.MOVED)
         self.live.discard(number)
         self.accountant.trial_ended(number, STOPPED)
         if requeue:
+            if record.state is not TrialState.PENDING:
+                self.trials.move(number, Event.MOVED, TrialState.PENDING)
             self.queue.appendleft(number)
             self.listener.trial_requeued(record, Event.MOVED, reason)
             return TrialState.PENDING

@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from hpsearch.money import catalog as catalog_mod
+from hpsearch.money import storage as storage_money
 from hpsearch import keys
 from hpsearch.report import gpuuse
 from hpsearch.errors import ConfigError
@@ -205,6 +206,13 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "gpu_mem_peak_mib": _finite(attrs.get(keys.ATTR_GPU_MEM_PEAK_MIB)),
         "idle_gpu_cost": gpuuse.idle_cost(attrs.get(keys.ATTR_COST),
                                           attrs.get(keys.ATTR_GPU_UTIL)),
+        # What its checkpoints cost (storage money is set by build(), at the study's
+        # storage price).
+        "checkpoints": int(attrs.get(keys.ATTR_CKPT_COUNT) or 0),
+        "checkpoint_bytes": _finite(attrs.get(keys.ATTR_CKPT_BYTES)),
+        "checkpoint_s": _finite(attrs.get(keys.ATTR_CKPT_S)),
+        "checkpoint_stored_bytes": _finite(attrs.get(keys.ATTR_CKPT_STORED_BYTES)),
+        "storage_cost": None,
         "datetime_start": record.get("datetime_start"),
         "datetime_complete": record.get("datetime_complete"),
         "duration_s": (end - start).total_seconds() if start and end else None,
@@ -819,6 +827,48 @@ def money_summary(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     return out
 
 
+def _storage_money(rows: list[dict[str, Any]], records: Iterable[Mapping[str, Any]],
+                   study: Mapping[str, Any]) -> dict[str, Any]:
+    """Each row's ``storage_cost`` (set in place) and the summary's storage figures:
+    ``storage_cost``, ``storage_requests_cost``, ``storage_per_month_kept``,
+    ``storage_currency``, ``storage_price`` (the row's key and source),
+    ``checkpoint_storage``, ``checkpoint_bytes``, ``checkpoint_s``, ``checkpoints``,
+    ``checkpoint_s_mean`` and ``storage_method`` (see
+    :mod:`hpsearch.money.storage`). Money is None without a recorded storage price."""
+    attrs = study.get("user_attrs") or {}
+    price = storage_money.StoragePrice.from_dict(attrs.get(keys.ATTR_STORAGE_PRICE) or {})
+    by_number = {int(r["number"]): storage_money.from_attrs(r.get("user_attrs") or {})
+                 for r in records}
+    total = requests = kept = 0.0
+    for row in rows:
+        use = by_number.get(row["number"])
+        if use is None or price is None:
+            continue
+        cost = storage_money.storage_cost(use, price)
+        row["storage_cost"] = cost.total
+        total += cost.total
+        requests += cost.requests
+        kept += cost.per_month_kept
+    count = sum(r["checkpoints"] for r in rows)
+    seconds = sum(r["checkpoint_s"] or 0.0 for r in rows)
+    return {
+        "storage_cost": total if price is not None else None,
+        "storage_requests_cost": requests if price is not None else None,
+        "storage_per_month_kept": kept if price is not None else None,
+        "storage_currency": price.currency if price is not None else None,
+        "storage_price": ({"row": price.key, "per_gb_month": price.per_gb_month,
+                           "source": price.source, "snapshot_date": price.snapshot_date}
+                          if price is not None else None),
+        "checkpoint_storage": attrs.get(keys.ATTR_CHECKPOINT_STORAGE),
+        "checkpoints": count,
+        "checkpoint_bytes": sum(r["checkpoint_bytes"] or 0.0 for r in rows),
+        "checkpoint_stored_bytes": sum(r["checkpoint_stored_bytes"] or 0.0 for r in rows),
+        "checkpoint_s": seconds,
+        "checkpoint_s_mean": seconds / count if count else None,
+        "storage_method": storage_money.METHOD,
+    }
+
+
 def default_catalog(study: Mapping[str, Any]) -> catalog_mod.Catalog:
     """The packaged catalogue, plus the run's ``pricing.catalog`` where it can be read."""
     config = (study.get("user_attrs") or {}).get(keys.ATTR_CONFIG) or {}
@@ -855,8 +905,10 @@ def build(records: Iterable[Mapping[str, Any]], study: Mapping[str, Any],
                                if n.get("spot")})
     ratios = on_demand_ratios(spot_instances, catalog or default_catalog(study)) \
         if spot_instances else {}
+    summary = summarise(rows, study, ratios, front)
+    summary.update(_storage_money(rows, records, study))
     return Report(
-        summary=summarise(rows, study, ratios, front),
+        summary=summary,
         trials=rows,
         pareto_front=front,
         best_vs_cost=best_vs_cost(rows, mode),

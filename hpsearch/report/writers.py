@@ -296,6 +296,7 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
         ("Spent", _spent_text(s, cur)),
         ("Work kept", fmt_money(s["kept_cost"], cur) + " (the trials' shares of their "
                                                       "nodes, less what was lost)"),
+        ("Checkpoint storage", _storage_text(s)),
         ("Wasted", fmt_money(s["wasted_cost"], cur) + " (work lost to failures and "
                                                       "preemptions; part of spent)"),
         ("Idle", (fmt_money(s["idle_cost"], cur) + " (paid capacity no trial used; part "
@@ -314,6 +315,28 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
         (f"Pareto front ({front_label(report)})", front),
         ("Paid for idle GPU time (estimate)", _idle_text(s, cur)),
     ]
+
+
+def _storage_text(summary: dict[str, Any]) -> str:
+    """Storage money beside compute: spent, what keeping the checkpoints costs, and the
+    measured bytes and seconds behind it."""
+    count = summary.get("checkpoints") or 0
+    if not count:
+        return "no checkpoint written"
+    cur = summary.get("storage_currency")
+    text = (f"{count} checkpoint(s), {summary['checkpoint_bytes'] / 1e6:.3g} MB written, "
+            f"{summary['checkpoint_s_mean']:.3g} s each")
+    where = summary.get("checkpoint_storage")
+    if where:
+        text += f" to {where}"
+    if summary.get("storage_cost") is None:
+        return text + " (no storage price recorded)"
+    price = summary["storage_price"]
+    return (f"{fmt_money(summary['storage_cost'], cur)} spent ({text}); "
+            f"{summary['checkpoint_stored_bytes'] / 1e9:.3g} GB kept: "
+            f"{fmt_money(summary['storage_per_month_kept'], cur)} per month until deleted "
+            f"({price['row']}, {price['per_gb_month']:g} {cur}/GB-month, "
+            f"{price['snapshot_date']})")
 
 
 def _idle_text(summary: dict[str, Any], currency: str | None) -> str:
@@ -337,6 +360,7 @@ def method_lines(report: Report) -> list[tuple[str, str]]:
          s["savings_vs_on_demand_without_pruning"]["method"]),
         ("Best metric against money", s["best_vs_cost_method"]),
         ("Paid for idle GPU time", s["idle_gpu_cost_method"]),
+        ("Checkpoint storage", s.get("storage_method", "")),
         ("Pareto front", f"COMPLETE trials by their final {s['metric']} and cost "
                          f"({s['mode']}imise {s['metric']}); a trial is on the front if no "
                          f"other is at least as good on both and better on one. Pruned "

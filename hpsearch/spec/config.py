@@ -323,6 +323,12 @@ class Budget:
     )
 
 
+def _storage_url(value: Any, path: str) -> str:
+    from hpsearch.recovery.storage import parse_url
+
+    return parse_url(value, path)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """How trials keep their progress."""
@@ -334,6 +340,21 @@ class Checkpoint:
         None,
     )
     keep_last: int = _key(_int(1), "Newest checkpoints kept per trial (the best is kept too).", 2)
+    storage: str | None = _key(
+        _optional(_storage_url),
+        "Where checkpoints go: `s3://bucket/prefix`, `gs://...`, `abfs://...`, "
+        "`file:///path` or an absolute path every node mounts (any URL `pyarrow.fs` or "
+        "fsspec resolves; credentials and endpoint from each node's environment, e.g. "
+        "`AWS_ENDPOINT_URL`); `null` = the run dir's `checkpoints/`.",
+        None,
+    )
+    storage_price: str | None = _key(
+        _optional(_str()),
+        "Row of the storage price list (`provider:service`, e.g. `aws:s3-standard`, "
+        "`aws:efs-standard`); `null` = from the storage: s3 -> aws:s3-standard, gs -> "
+        "gcp:gcs-standard, abfs/az -> azure:blob-hot, a path -> local:disk (free).",
+        None,
+    )
 
 
 def _at_list(value: Any, path: str) -> tuple[tuple[int, int], ...]:

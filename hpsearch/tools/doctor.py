@@ -369,6 +369,35 @@ def cluster_checks(info: ClusterInfo, catalog: Any = None, config: Any = None) -
     return checks
 
 
+def checkpoint_storage_checks(url: str, default: bool, info: ClusterInfo | None = None,
+                              local_error: str | None = None) -> list[Check]:
+    """Whether the checkpoints can be written where they go: from here
+    (``local_error``, or ``info.storage_error``) and, on a cluster, from every alive
+    node (``info.storage``: the probe of :func:`hpsearch.adapters.system.cluster_info`).
+    """
+    from hpsearch.recovery.storage import fix_hint, shown
+
+    where = "the run dir's checkpoints/" if default else shown(url)
+    error = local_error or (info.storage_error if info is not None else "")
+    if error:
+        return [Check("checkpoint storage", FAIL, f"{where}: cannot be written from here: "
+                                                  f"{error}", fix_hint(url, False))]
+    if info is None or info.error:
+        text = (f"{where} (this machine's disk)" if default else
+                f"{where}: a token was written, read back and deleted")
+        return [Check("checkpoint storage", OK, text)]
+    address = {n.node_id: n.address for n in info.nodes}
+    failed = {n: e for n, e in info.storage.items() if e is not None}
+    checks = [Check("checkpoint storage", FAIL,
+                    f"node {address.get(node, '?')} ({node[:8]}) cannot reach {where}: "
+                    f"{why}", fix_hint(url, default)) for node, why in failed.items()]
+    if not failed:
+        checks.append(Check("checkpoint storage", OK,
+                            f"{where}: every alive node ({len(info.storage)}) read the "
+                            f"driver's token there and wrote its own"))
+    return checks
+
+
 # ---------------------------------------------------------------------------------------
 # Storage.
 
@@ -519,6 +548,23 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _storage_write_error(url: str) -> str | None:
+    """Why a token cannot be written, read back and deleted at ``url`` from here."""
+    from hpsearch.adapters.ray.storage import StorageProbe
+
+    probe = StorageProbe(url)
+    try:
+        probe.open()
+        if probe.files.read(f"{probe.folder}/driver") != probe.token.encode():
+            return "what was written cannot be read back"
+    except Exception as exc:  # no credentials, no route, a missing package, ...
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    finally:
+        probe.close()
+    return None
+
+
 def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
              run_dir: str | Path | None = None, address: str | None = None,
              ray_timeout_s: float = RAY_TIMEOUT_S) -> list[Check]:
@@ -569,9 +615,18 @@ def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
             if address is None:
                 address = config.cluster.address
 
+    ckpt_url = ckpt_default = None
+    if config is not None:
+        from hpsearch.driver import default_run_dir
+
+        path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
+        ckpt_default = config.checkpoint.storage is None
+        ckpt_url = (str(path.absolute() / "checkpoints") if ckpt_default
+                    else config.checkpoint.storage)
+    info = None
     if address is not None:
-        checks += cluster_checks(system.cluster_info(address, ray_timeout_s),
-                                 catalog, config)
+        info = system.cluster_info(address, ray_timeout_s, storage_url=ckpt_url)
+        checks += cluster_checks(info, catalog, config)
     else:
         checks.append(local_ray_check(
             inventory, trial_gpus=config.resources.gpu if config is not None else 0.0))
@@ -584,6 +639,10 @@ def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
         checks.append(storage_check(storage_url_for(config, path.absolute()), path,
                                     default=config.storage is None))
         checks.append(pricing_check(config))
+        local_error = None
+        if info is None and not ckpt_default:
+            local_error = _storage_write_error(ckpt_url)
+        checks += checkpoint_storage_checks(ckpt_url, ckpt_default, info, local_error)
     elif space is None:
         checks.append(runs_check() if run_dir is None else
                       run_dir_check(Path(run_dir), default=False))

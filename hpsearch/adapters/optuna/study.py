@@ -32,6 +32,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpsearch import keys
+from hpsearch.money import storage as storage_money
 from hpsearch.report import gpuuse
 from hpsearch.spec.config import Config
 from hpsearch.core.lifecycle import TrialState as TState
@@ -217,6 +218,8 @@ class _Handle:
     oom_steps: list[str] = field(default_factory=list)
     gpu_ids: str | None = None
     gpu_uses: dict[str, gpuuse.GpuUse] = field(default_factory=dict)
+    #: Each attempt's checkpoint figures ("earlier": those of earlier sessions).
+    ckpt_uses: dict[str, storage_money.CheckpointUse] = field(default_factory=dict)
 
 
 #: How each lifecycle state that ends a trial is told to Optuna. BUDGET_STOPPED is not
@@ -310,6 +313,9 @@ class StudyRecorder:
                 earlier = gpuuse.from_attrs(attrs)
                 if earlier is not None:  # the GPU figures of its earlier attempts
                     handle.gpu_uses["earlier"] = earlier
+                saved = storage_money.from_attrs(attrs)
+                if saved is not None:  # what its earlier attempts' checkpoints cost
+                    handle.ckpt_uses["earlier"] = saved
             seed = int(frozen.user_attrs.get(keys.ATTR_SEED,
                                              trial_seed(self.config.search.seed, number)))
             params = dict(frozen.params)
@@ -360,6 +366,13 @@ class StudyRecorder:
             # those of every attempt combined.
             handle.gpu_uses[str(result.get(keys.ATTEMPT, ""))] = use
             attrs.update(gpuuse.to_attrs(gpuuse.combine(handle.gpu_uses.values())))
+        ckpt = storage_money.from_result(result)
+        if ckpt is not None:
+            attempt = str(result.get(keys.ATTEMPT, ""))
+            handle.ckpt_uses.pop(attempt, None)  # keeps the latest attempt last
+            handle.ckpt_uses[attempt] = ckpt
+            attrs.update(storage_money.to_attrs(
+                storage_money.combine(handle.ckpt_uses.values())))
         if report.node and (not handle.nodes or handle.nodes[-1] != report.node):
             handle.nodes.append(report.node)
             attrs[keys.ATTR_NODE] = report.node

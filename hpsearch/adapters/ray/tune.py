@@ -35,8 +35,10 @@ from hpsearch.core.ports import EpochReport
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.pruning.decisions import Decision
 from hpsearch.errors import EXIT_CONFIG, HpsearchError
+from hpsearch.core.placement import avoid_selector
 from hpsearch.recovery.faults import disk_full_cause
 from hpsearch.recovery.preemption import preemption_reason
+from hpsearch.recovery.storage import StorageUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +224,10 @@ class CoreCallback(_Inert, Callback):
             event, so a driver killed without warning bills what ran until then.
         checkpoint_dir: Trial number -> its checkpoint folder (named when a trial's
             write failed for lack of space and the error names no file).
+        refused: ``(node id, reason)``: a trial refused to train on a node that cannot
+            reach the checkpoint storage (the trial is placed elsewhere, see
+            :class:`~hpsearch.recovery.storage.StorageUnreachable`).
+        step: Called after each controller step (the storage guard's poll).
     """
 
     def __init__(self, core: SearchCore, attempts: Attempts,
@@ -229,7 +235,9 @@ class CoreCallback(_Inert, Callback):
                  injector: Any = None, tick: Callable[[int], None] | None = None,
                  fallback: Callable[[int, Any, int], None] | None = None,
                  heartbeat: Callable[[], Any] | None = None,
-                 checkpoint_dir: Callable[[int], str] | None = None):
+                 checkpoint_dir: Callable[[int], str] | None = None,
+                 refused: Callable[[str, str], None] | None = None,
+                 step: Callable[[], None] | None = None):
         self.core, self.attempts = core, attempts
         self.preempted_note = preempted_note
         self.injector = injector
@@ -237,6 +245,8 @@ class CoreCallback(_Inert, Callback):
         self.fallback = fallback
         self.heartbeat = heartbeat
         self.checkpoint_dir = checkpoint_dir
+        self.refused = refused
+        self.step = step
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         rejected = result.get(keys.CHECKPOINTS_REJECTED)
@@ -269,6 +279,14 @@ class CoreCallback(_Inert, Callback):
         if number is None:
             return
         error, trace = _load_error(trial)
+        cause = getattr(error, "cause", None) or error
+        if isinstance(cause, StorageUnreachable):
+            # It trained nothing: the node is avoided from now on, the trial runs
+            # elsewhere (neither a failure nor a preemption).
+            if self.refused is not None:
+                self.refused(cause.node_id, cause.reason)
+            self.core.moved(number, str(cause), requeue=True)
+            return
         disk = disk_full_cause(error, trace)
         if disk is not None:
             # A full disk is not the trial's fault: no FAIL, no retry used; the session
@@ -290,8 +308,29 @@ class CoreCallback(_Inert, Callback):
     def on_step_end(self, iteration, trials, **info) -> None:
         if self.heartbeat is not None:
             self.heartbeat()
+        if self.step is not None:
+            self.step()
         if self.tick is not None:
             self.tick(sum(1 for t in trials if t.status == Trial.RUNNING))
+
+
+def trial_resources(placement: Any, base: dict[str, float]) -> Callable[[dict], Any]:
+    """Tune's per-trial resources: the placement's (``base`` plus the node kind), as a
+    placement group that avoids the nodes that cannot reach the checkpoint storage."""
+    from ray.tune import PlacementGroupFactory
+    from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+    per_trial = placement.resources(base)
+
+    def resources(config: dict[str, Any]) -> Any:
+        factory = resource_dict_to_pg_factory(per_trial(config))
+        selector = avoid_selector(placement.avoid())
+        if selector is None:
+            return factory
+        return PlacementGroupFactory(factory.bundles, strategy=factory.strategy,
+                                     bundle_label_selector=[selector] * len(factory.bundles))
+
+    return resources
 
 
 class AbortStopper(_Inert, Stopper):

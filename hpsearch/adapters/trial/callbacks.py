@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from hpsearch import keys
 from hpsearch.errors import TrialSetupError
+from hpsearch.money import storage as storage_money
 from hpsearch.money.runtime import epoch_estimate
 from hpsearch.recovery.checkpoint import CheckpointStore, Entry, young_daly_epochs
 from hpsearch.recovery.preemption import Notice
@@ -123,6 +124,8 @@ class EpochReporter:
         self.start_epoch = self.last_checkpoint = 0
         self.epoch_times: list[float] = []
         self.every = spec.config.checkpoint.every_epochs
+        #: Young/Daly: the interval follows the measured time per checkpoint.
+        self.adaptive = self.every is None
         self.between_epochs: tuple | None = None
         #: The objective of every epoch so far (the resume state, see state_dict).
         self.history: dict[int, float] = {}
@@ -169,6 +172,7 @@ class EpochReporter:
         if self.store is not None and due:
             self._checkpoint(trainer, epoch, value)
         result[keys.CHECKPOINT_EPOCH] = self.last_checkpoint
+        result.update(self.checkpoint_figures())
         self._send(trainer, epoch, value, result)
 
     # -- parts ------------------------------------------------------------------------
@@ -266,14 +270,30 @@ class EpochReporter:
         self.data_checked = True
 
     def _checkpoint(self, trainer, epoch: int, value: float) -> None:
-        started = time.monotonic()
         self.store.save(epoch, lambda folder: self._write(trainer, folder), metric=value,
                         meta={"trial": self.number})
         self.last_checkpoint = epoch
-        if self.every is None:  # Young/Daly from the measured costs
-            self.every = young_daly_epochs(time.monotonic() - started, self.spec.mtbp_s,
+        if self.adaptive:
+            # Young/Daly from what a checkpoint takes on this storage (the median of
+            # this process's, uploads included) and the expected time between
+            # preemptions.
+            self.every = young_daly_epochs(self.store.checkpoint_s() or 0.0,
+                                           self.spec.mtbp_s,
                                            epoch_estimate(self.epoch_times) or 1.0,
                                            self.spec.config.max_epochs)
+
+    def checkpoint_figures(self) -> dict[str, float]:
+        """What this process's checkpoints cost so far (the ``hps_ckpt_*`` keys)."""
+        if self.store is None:
+            return {}
+        use = self.store.usage()
+        figures = storage_money.to_result(storage_money.CheckpointUse(
+            checkpoints=use.checkpoints, bytes_written=use.bytes_written,
+            seconds=use.seconds, writes=use.writes, reads=use.reads,
+            stored_bytes=use.stored_bytes, byte_s=use.byte_s))
+        if self.every is not None:
+            figures[keys.CKPT_EVERY] = self.every
+        return figures
 
     # -- outside the hooks ------------------------------------------------------------
 
@@ -303,12 +323,14 @@ class EpochReporter:
             keys.EPOCH_TIME_S: 0.0,
             keys.TRIAL_TIME_S: time.monotonic() - self.process_started,
             keys.START_EPOCH: entry.epoch, keys.CHECKPOINT_EPOCH: entry.epoch,
-            keys.NODE_ID: self.where["node"], keys.REMAINING_S: 0.0,
+            keys.NODE_ID: self.where["node"], keys.ATTEMPT: self.where["attempt"],
+            keys.REMAINING_S: 0.0,
             keys.COST_TO_FINISH: 0.0,
             keys.HISTORY: [[e, v] for e, v in sorted(self.history.items())],
         }
         if self.rejected:
             result[keys.CHECKPOINTS_REJECTED], self.rejected = self.rejected, []
+        result.update(self.checkpoint_figures())
         self._report(result)
 
     def on_signal(self) -> bool:

@@ -33,7 +33,6 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hpsearch import keys
@@ -41,6 +40,7 @@ from hpsearch.adapters.trial import callbacks
 from hpsearch.adapters.trial.callbacks import CHECKPOINT_FILE
 from hpsearch.adapters.trial.ddp import EXIT_RANK_OOM, Ranks
 from hpsearch.errors import HpsearchError, TrialSetupError
+from hpsearch.recovery import storage
 from hpsearch.recovery.checkpoint import CheckpointStore, Entry
 from hpsearch.recovery.oom import OomLadder
 from hpsearch.recovery.preemption import Notice, NoticePoller, watch_sigterm
@@ -66,8 +66,13 @@ class TrialSpec:
         config: The run's validated config.
         log_dir: Folder for ``trial-<number>.log`` (the trial's log records); None or
             unreachable from the trial's node: no file.
-        checkpoint_dir: Folder holding ``trial-NNNN/`` checkpoint stores (shared by
-            every node; None keeps no checkpoints).
+        checkpoint_url: Where the ``trial-NNNN/`` checkpoint stores are: a path every
+            node shares or a storage URL (``s3://bucket/prefix/<run>``, see
+            :mod:`hpsearch.recovery.storage`); None keeps no checkpoints.
+        storage_probe: The driver's probe token
+            (:class:`~hpsearch.recovery.storage.ProbeToken`): a trial whose node cannot
+            read it refuses to train there
+            (:class:`~hpsearch.recovery.storage.StorageUnreachable`); None = no check.
         price_per_hour: Price of one trial-hour, for the expected cost to finish.
         mtbp_s: Mean seconds between preemptions expected; None = none expected.
         trainable_fn: The build function itself when the run was given a function
@@ -81,7 +86,8 @@ class TrialSpec:
 
     config: Any
     log_dir: str | None = None
-    checkpoint_dir: str | None = None
+    checkpoint_url: str | None = None
+    storage_probe: Any = None
     price_per_hour: float = 0.0
     mtbp_s: float | None = None
     trainable_fn: Any = None
@@ -108,9 +114,11 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice, api):
     from ray import tune
 
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    node = ray.get_runtime_context().get_node_id()
     store = None
-    if spec.checkpoint_dir is not None:
-        store = CheckpointStore(Path(spec.checkpoint_dir) / trial_name(trial_number),
+    if spec.checkpoint_url is not None:
+        _check_storage(spec, node)
+        store = CheckpointStore(storage.join_url(spec.checkpoint_url, trial_name(trial_number)),
                                 keep_last=spec.config.checkpoint.keep_last,
                                 mode=spec.config.objective.mode)
     sampler = None
@@ -121,11 +129,21 @@ def _callbacks(spec: TrialSpec, trial_number: int, notice: Notice, api):
         sampler = GpuSampler(interval_s=spec.gpu_sample_s).start()
         if sampler.message:
             log.info("trial %d: GPU use not sampled: %s", trial_number, sampler.message)
-    where = {"node": ray.get_runtime_context().get_node_id(), "gpu_ids": gpu_ids,
-             "attempt": uuid.uuid4().hex[:12]}
+    where = {"node": node, "gpu_ids": gpu_ids, "attempt": uuid.uuid4().hex[:12]}
     report = callbacks.make(api, callbacks.EpochReporter, spec, trial_number, notice, store,
                             where, tune.report, sampler)
     return [callbacks.make(api, callbacks.RngState), report], store, report
+
+
+def _check_storage(spec: TrialSpec, node: str) -> None:
+    """Refuse to train on a node that cannot reach the checkpoint storage: its
+    checkpoints would be lost with it (the driver places the trial elsewhere)."""
+    probe = spec.storage_probe
+    if probe is None:
+        return
+    reason = storage.check_token(probe.url, probe.name, probe.token)
+    if reason is not None:
+        raise storage.StorageUnreachable(node, storage.shown(spec.checkpoint_url), reason)
 
 
 def build_function(spec: TrialSpec):
@@ -275,6 +293,8 @@ class _Session:
     def close(self) -> None:
         if self.report is not None:
             self.report.close()
+        if self.store is not None:
+            self.store.close()  # its downloads
 
 
 def _train(params: dict[str, Any], trial_number: int, seed: int, spec: TrialSpec) -> None:
@@ -326,8 +346,7 @@ def _fit_once(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: 
     if store is not None and store.rejected:
         for bad in store.rejected:
             log.warning("trial %d: checkpoint %s is corrupt (%s); set aside as %s",
-                        trial_number, bad.name, bad.reason,
-                        bad.aside.name if bad.aside is not None else "-")
+                        trial_number, bad.name, bad.reason, bad.aside or "-")
         report.rejected += [[bad.name, bad.reason] for bad in store.rejected]
         store.rejected.clear()
     ckpt = None if resume is None else str(resume.path / CHECKPOINT_FILE)
@@ -339,7 +358,8 @@ def _fit_once(spec: TrialSpec, params: dict[str, Any], trial_number: int, seed: 
             if resume is None:
                 trainer.fit(module, **built.fit_kwargs())
             else:
-                log.info("trial %d: resuming from %s", trial_number, resume.path)
+                log.info("trial %d: resuming from %s in %s (local copy %s)", trial_number,
+                         resume.name, storage.shown(store.url), resume.path)
                 # Checked by checkpoint_check: data only, with Lightning's keys.
                 trainer.fit(module, **built.fit_kwargs(), ckpt_path=ckpt, weights_only=True)
                 if not report.history_sent:
