@@ -589,30 +589,52 @@ def _markers(axis: MetricAxis, values: Sequence[float]) -> tuple[list[float], li
 
 
 def figures(report: Report) -> list[Panel]:
-    """The three plots: best metric against money, metric against cost per trial with
-    the Pareto front, cost by trial state; each a :class:`Panel`."""
+    """The plots: best metric against money, metric against cost per trial with the
+    Pareto front, cost by trial state, and idle money over time (when nodes were
+    billed); each a :class:`Panel`."""
+    cur = report.currency or ""
+    money = f"money ({cur})" if cur else "money"
+    ctx = _PlotContext(report, plot_axis(report),
+                       dict(template="plotly_white", height=420,
+                            margin=dict(l=70, r=20, t=30, b=50),
+                            legend=dict(orientation="h", y=-0.18)))
+    panels = [_best_panel(ctx, money), _pareto_panel(ctx), _state_panel(ctx, money)]
+    if report.idle_over_time:
+        panels.append(_idle_panel(report, ctx.layout, money))
+    return panels
+
+
+@dataclass(frozen=True)
+class _PlotContext:
+    """What every panel of :func:`figures` shares."""
+
+    report: Report
+    axis: MetricAxis | None
+    layout: dict[str, Any]
+
+    @property
+    def y_axis(self) -> dict[str, Any]:
+        return {} if self.axis is None else dict(range=[self.axis.low, self.axis.high])
+
+
+_NONE_DONE = "No completed trial"
+
+
+def _best_panel(ctx: _PlotContext, money: str) -> Panel:
+    """Best metric so far against cumulative money, every trial's value marked."""
     import plotly.graph_objects as go
 
-    cur = report.currency or ""
-    metric = report.metric
-    money = f"money ({cur})" if cur else "money"
-    layout = dict(template="plotly_white", height=420, margin=dict(l=70, r=20, t=30, b=50),
-                  legend=dict(orientation="h", y=-0.18))
-    axis = plot_axis(report)
-    y_axis = {} if axis is None else dict(range=[axis.low, axis.high])
-    none_done = "No completed trial"
-    panels = []
-
-    # Best metric against cumulative money.
+    report, axis, layout, y_axis = ctx.report, ctx.axis, ctx.layout, ctx.y_axis
+    cur, metric, none_done = report.currency or "", report.metric, _NONE_DONE
     points = report.best_vs_cost
     valued = [p for p in points if p["value"] is not None]
     heading = f"Best {metric} so far against money spent"
     if not valued or axis is None:
         what = (f"{len(points)} trial(s) cost {fmt_money(points[-1]['cumulative_cost'], cur)}"
                 f" and none reported {metric}" if points else "no trial has cost money yet")
-        panels.append(Panel(heading, None, [
+        return Panel(heading, None, [
             (f"{none_done}: nothing to draw yet ({what})." if _no_completed(report)
-             else f"Nothing to draw yet ({what}).")]))
+             else f"Nothing to draw yet ({what}).")])
     else:
         curve = go.Figure(layout=layout)
         if not _no_completed(report):
@@ -640,17 +662,23 @@ def figures(report: Report) -> list[Panel]:
         notes = [f"{none_done} yet: the best-so-far line starts with the first one."] \
             if _no_completed(report) else []
         pin = _pin_note(report, axis, ((p["number"], p["value"]) for p in valued))
-        panels.append(Panel(heading, curve, notes + ([pin] if pin else [])))
+        return Panel(heading, curve, notes + ([pin] if pin else []))
 
-    # Metric against cost per trial, with the Pareto front of the COMPLETE trials.
+
+def _pareto_panel(ctx: _PlotContext) -> Panel:
+    """Metric against cost per trial, with the Pareto front of the COMPLETE trials."""
+    import plotly.graph_objects as go
+
+    report, axis, layout, y_axis = ctx.report, ctx.axis, ctx.layout, ctx.y_axis
+    cur, metric, none_done = report.currency or "", report.metric, _NONE_DONE
     valued_rows = [r for r in report.trials if r["value"] is not None
                    and r["cost"] is not None]
     heading = f"Pareto front: {front_label(report)} per trial"
     if not valued_rows or axis is None:
-        panels.append(Panel(heading, None, [
+        return Panel(heading, None, [
             f"{none_done}, and no trial with a cost reported {metric}: nothing to draw."
             if _no_completed(report) else f"No trial with a cost reported {metric}: "
-                                          f"nothing to draw."]))
+                                          f"nothing to draw."])
     else:
         scatter = go.Figure(layout=layout)
         for state in sorted({r["state"] for r in valued_rows}, key=_state_order):
@@ -687,14 +715,19 @@ def figures(report: Report) -> list[Panel]:
         notes = [f"{none_done}: no Pareto front yet (it holds COMPLETE trials only)."] \
             if not front else []
         pin = _pin_note(report, axis, ((r["number"], r["value"]) for r in valued_rows))
-        panels.append(Panel(heading, scatter, notes + ([pin] if pin else [])))
+        return Panel(heading, scatter, notes + ([pin] if pin else []))
 
-    # Cost by trial state.
+
+def _state_panel(ctx: _PlotContext, money: str) -> Panel:
+    """Cost by trial state: kept and wasted work stacked."""
+    import plotly.graph_objects as go
+
+    report, layout = ctx.report, ctx.layout
     heading = "Cost by trial state"
     states = list(report.cost_by_state)
     if not states:
-        panels.append(Panel(heading, None, ["No trial has a recorded cost yet: nothing to "
-                                            "draw."]))
+        return Panel(heading, None, ["No trial has a recorded cost yet: nothing to "
+                                            "draw."])
     else:
         spent = [report.cost_by_state[s]["cost"] for s in states]
         wasted = [report.cost_by_state[s]["wasted_cost"] for s in states]
@@ -715,10 +748,7 @@ def figures(report: Report) -> list[Panel]:
         bars.update_layout(barmode="stack", xaxis_title="trial state", yaxis_title=money,
                            yaxis_tickformat=_MONEY_TICKS, yaxis_range=list(cost_axis(spent)),
                            legend_traceorder="normal")
-        panels.append(Panel(heading, bars))
-    if report.idle_over_time:
-        panels.append(_idle_panel(report, layout, money))
-    return panels
+        return Panel(heading, bars)
 
 
 def _idle_panel(report: Report, layout: dict[str, Any], money: str) -> Panel:
