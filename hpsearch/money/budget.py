@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from hpsearch.spec.config import Budget
-from hpsearch.money.ledger import ALIVE_EVERY_S, Ledger
+from hpsearch.money.ledger import ALIVE_EVERY_S, Ledger, Outcome
 from hpsearch.money.nodes import Demand, Fleet, NodeSpec, billed_seconds
 from hpsearch.money.pricing import Price
 from hpsearch.money.runtime import RunTiming
@@ -194,7 +194,7 @@ class Accountant:
             self.ledger.place(trial, rental.node, share)
             self._rates[trial] = rental.price_per_hour * share / 3600.0
 
-    def trial_ended(self, trial: int, outcome: str, saved: bool = False) -> None:
+    def trial_ended(self, trial: int, outcome: Outcome, saved: bool = False) -> None:
         """A trial left its worker; ``saved``: it checkpointed everything it trained."""
         self._pending.discard(trial)
         now = self.clock()

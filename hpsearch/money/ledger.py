@@ -36,6 +36,7 @@ from zero money. A ledger of a newer format than this hpsearch reads is refused.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import time
@@ -49,13 +50,29 @@ from hpsearch.errors import HpsearchError
 from hpsearch.money.nodes import NodeSpec, billed_seconds
 from hpsearch.money.pricing import Price
 
-__all__ = ["DONE", "FAILED", "PREEMPTED", "STOPPED", "OPEN", "ALIVE_EVERY_S",
+__all__ = ["Outcome", "DONE", "FAILED", "PREEMPTED", "STOPPED", "OPEN", "ALIVE_EVERY_S",
            "FORMAT_VERSION", "CurrencyError", "LedgerCorrupt", "LedgerTooNew",
            "billed_seconds", "Interval", "Rental", "TrialMoney", "Ledger", "Repair",
            "repair"]
 
-#: How an interval ended.
-DONE, FAILED, PREEMPTED, STOPPED, OPEN = "done", "failed", "preempted", "stopped", "open"
+class Outcome(str, enum.Enum):
+    """How an interval ended (its value is what the ledger's lines hold)."""
+
+    DONE = "done"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    STOPPED = "stopped"
+    OPEN = "open"  # not ended yet
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+DONE, FAILED, PREEMPTED, STOPPED, OPEN = (Outcome.DONE, Outcome.FAILED, Outcome.PREEMPTED,
+                                          Outcome.STOPPED, Outcome.OPEN)
 _LOSES_WORK = (FAILED, PREEMPTED)
 _OUTCOMES = (DONE, FAILED, PREEMPTED, STOPPED)
 
@@ -126,7 +143,7 @@ class Interval:
         start_s: When billing started.
         end_s: When it stopped, or None while open.
         checkpoint_s: The latest checkpoint inside the interval, or None.
-        outcome: ``open``, ``done``, ``stopped``, ``failed`` or ``preempted``.
+        outcome: How it ended (:class:`Outcome`; ``OPEN`` while it runs).
         granularity_s: Billed time is rounded up to a multiple of this (0 for a share of
             a node: the node's rental is what is rounded).
         min_billing_s: Least billed time (0 for a share of a node).
@@ -144,7 +161,7 @@ class Interval:
     start_s: float
     end_s: float | None = None
     checkpoint_s: float | None = None
-    outcome: str = OPEN
+    outcome: Outcome = OPEN
     granularity_s: int = 1
     min_billing_s: int = 0
     node: str | None = None
@@ -394,10 +411,11 @@ class Ledger:
         _on_checkpoint(self, event)
         self._write(event)
 
-    def close(self, trial: int, now_s: float, outcome: str) -> Interval | None:
+    def close(self, trial: int, now_s: float, outcome: Outcome) -> Interval | None:
         """Stop billing ``trial``; ``outcome`` says whether work since the checkpoint is lost."""
         if outcome not in _OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")
+        outcome = Outcome(outcome)
         interval = self._open.get(trial)
         if interval is None:
             return None
@@ -422,7 +440,8 @@ class Ledger:
         self._alive_s = now_s
         return True
 
-    def close_all(self, now_s: float, outcome: str, at_last_event: bool = False) -> list[int]:
+    def close_all(self, now_s: float, outcome: Outcome,
+                  at_last_event: bool = False) -> list[int]:
         """Close every open interval, then release every rental; return the trials.
 
         Args:
@@ -637,7 +656,7 @@ def _on_close(ledger: Ledger, event: dict) -> None:
     if interval is not None:
         ledger._seen.pop(interval.trial, None)
         interval.end_s = max(at_s, interval.start_s)
-        interval.outcome = event["outcome"]
+        interval.outcome = Outcome(event["outcome"])
     ledger._saw(at_s)
 
 
