@@ -740,7 +740,7 @@ def trial_log_path(run_path: Path, number: int) -> Path:
     return run_path / "logs" / f"{trial_name(number)}.log"
 
 
-def trial_spec(config: config_mod.Config, run_path: Path, price,
+def trial_spec(config: config_mod.Config, run_path: Path,
                function: Callable[..., Any] | None = None, checkpoint_url: str | None = None,
                storage_probe: Any = None) -> Any:
     """What every trial process of this run is sent (see ``runner.TrialSpec``);
@@ -758,7 +758,6 @@ def trial_spec(config: config_mod.Config, run_path: Path, price,
         log_dir=str(run_path / "logs"),
         checkpoint_url=checkpoint_url or str(run_path / "checkpoints"),
         storage_probe=storage_probe,
-        price_per_hour=price.per_hour,
         mtbp_s=3600.0 / rate if rate else None,
         trainable_fn=function,
     )
@@ -1035,7 +1034,7 @@ class _Session:
             log.warning("%s", line.strip())
 
         guard = checkpoints.guard(placement, warn, give_up)
-        spec = trial_spec(config, self.run_path, self.price,
+        spec = trial_spec(config, self.run_path,
                           getattr(self.backend, "function", None),
                           checkpoint_url=checkpoints.trials_url,
                           storage_probe=(checkpoints.probe.trial_token

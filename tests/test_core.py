@@ -228,6 +228,25 @@ def test_each_epoch_is_recorded_billed_and_decided_once():
     assert study.attrs[0][keys.ATTR_COST] == pytest.approx(0.002)
 
 
+def test_each_epoch_records_the_accountants_estimate_of_what_is_left():
+    core, study, clock, _ = make(n=1, max_epochs=4)
+    start(core)
+    for e, epoch_s in ((1, 3.0), (2, 2.0), (3, 2.0)):
+        clock.now += epoch_s
+        epoch(core, 0, e, 0.5, epoch_s=epoch_s)
+        attrs = study.attrs[0]
+        # One formula: the accountant's (its share of its node x the runtime model).
+        assert attrs[keys.ATTR_COST_TO_FINISH] == pytest.approx(
+            core.accountant.cost_to_finish(0, e))
+        assert attrs[keys.ATTR_REMAINING_S] == pytest.approx(
+            core.accountant.timing.remaining_s(0, e))
+    assert study.attrs[0][keys.ATTR_REMAINING_S] > 0
+    clock.now += 2
+    epoch(core, 0, 4, 0.5, epoch_s=2.0)
+    assert study.attrs[0][keys.ATTR_REMAINING_S] == 0
+    assert study.attrs[0][keys.ATTR_COST_TO_FINISH] == 0
+
+
 def test_history_from_a_checkpoint_fills_epochs_the_study_never_recorded():
     core, study, _, _ = make(n=1)
     start(core)

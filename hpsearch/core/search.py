@@ -323,7 +323,13 @@ class SearchCore:
             self.accountant.trial_placed(record.number, report.node)
         self.accountant.trial_reported(record.number, report.epoch, report.epoch_s,
                                        report.startup_s, report.checkpointed)
-        self.study.set_attrs(record.number, self._money(record.number))
+        # The one estimate of what is left (its share of its node, the runtime model's
+        # seconds): the budget's admission uses the same numbers.
+        remaining = self.accountant.timing.remaining_s(record.number, report.epoch)
+        self.study.set_attrs(record.number, {
+            **self._money(record.number), keys.ATTR_REMAINING_S: remaining,
+            keys.ATTR_COST_TO_FINISH: self.accountant.cost_to_finish(record.number,
+                                                                    report.epoch)})
 
     def _stop(self, record: TrialRecord, policy: str, reason: str,
               predicted: float | None, exit_state: TrialState) -> None:

@@ -162,7 +162,6 @@ class EpochReporter:
         remaining = max(0, self.spec.config.max_epochs - epoch) * (
             epoch_estimate(self.epoch_times) or 0.0)
         result[keys.REMAINING_S] = remaining
-        result[keys.COST_TO_FINISH] = remaining * self.spec.price_per_hour / 3600.0
         due = self._due(epoch)
         if trainer.world_size > 1:
             # Every rank saves (Lightning's save has a barrier) and stops together:
@@ -325,7 +324,6 @@ class EpochReporter:
             keys.START_EPOCH: entry.epoch, keys.CHECKPOINT_EPOCH: entry.epoch,
             keys.NODE_ID: self.where["node"], keys.ATTEMPT: self.where["attempt"],
             keys.REMAINING_S: 0.0,
-            keys.COST_TO_FINISH: 0.0,
             keys.HISTORY: [[e, v] for e, v in sorted(self.history.items())],
         }
         if self.rejected:

@@ -73,7 +73,6 @@ class TrialSpec:
             (:class:`~hpsearch.recovery.storage.ProbeToken`): a trial whose node cannot
             read it refuses to train there
             (:class:`~hpsearch.recovery.storage.StorageUnreachable`); None = no check.
-        price_per_hour: Price of one trial-hour, for the expected cost to finish.
         mtbp_s: Mean seconds between preemptions expected; None = none expected.
         trainable_fn: The build function itself when the run was given a function
             object (sent to the trial processes by value, as Ray sends its own
@@ -88,7 +87,6 @@ class TrialSpec:
     log_dir: str | None = None
     checkpoint_url: str | None = None
     storage_probe: Any = None
-    price_per_hour: float = 0.0
     mtbp_s: float | None = None
     trainable_fn: Any = None
     gpu_sample_s: float = 1.0
