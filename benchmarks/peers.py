@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from hpsearch.core.lifecycle import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.none import NoPruning
+from hpsearch.spec.config import mode_sign
 
 __all__ = ["IEpoch", "NoPruning", "make", "PEERS"]
 
@@ -34,7 +35,7 @@ class IEpoch(NoPruning):
     def __init__(self, k: int, n_trials: int, top: int, mode: str = "max"):
         self.name = f"i-epoch-{k}"
         self.k, self.n_trials, self.top = k, n_trials, top
-        self.sign = 1.0 if mode == "max" else -1.0
+        self.sign = mode_sign(mode)
         self.at_k: dict[int, float] = {}
         self.ended: set[int] = set()
         self.resume_order: list[int] | None = None

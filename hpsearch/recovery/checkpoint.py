@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpsearch.recovery import storage
+from hpsearch.spec.config import mode_sign
 
 #: The manifest inside an old-layout checkpoint folder.
 MANIFEST = "manifest.json"
@@ -410,7 +411,7 @@ class CheckpointStore:
                   if e.metric is not None]
         if not scored:
             return None
-        sign = 1.0 if self.mode == "max" else -1.0
+        sign = mode_sign(self.mode)
         return max(scored, key=lambda e: (sign * e.metric, e.epoch))
 
     # -- pruning and accounting ---------------------------------------------------------

@@ -40,6 +40,7 @@ from hpsearch.money import storage as storage_money
 from hpsearch import keys
 from hpsearch.report import gpuuse
 from hpsearch.errors import ConfigError
+from hpsearch.spec.config import better, mode_sign
 from hpsearch.scalars import finite as _finite
 
 #: Trial states in the order the report lists them. BUDGET_STOPPED: the budget stopped
@@ -127,11 +128,6 @@ class Report:
 # -- small helpers ---------------------------------------------------------------------
 
 
-def _better(a: float, b: float, mode: str) -> bool:
-    """Whether ``a`` is strictly better than ``b`` under ``mode`` (max or min)."""
-    return a > b if mode == "max" else a < b
-
-
 def _check_mode(mode: str) -> None:
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
@@ -167,7 +163,7 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
     candidates = reported + ([value] if value is not None else [])
     best = None
     for v in candidates:
-        if best is None or _better(v, best, mode):
+        if best is None or better(v, best, mode):
             best = v
     epochs = attrs.get(keys.ATTR_EPOCHS)
     if not isinstance(epochs, int) or isinstance(epochs, bool):
@@ -236,7 +232,7 @@ def pareto_front(points: Iterable[tuple[Hashable, float, float]], mode: str) -> 
     Points with a missing or non-finite cost or value are left out.
     """
     _check_mode(mode)
-    sign = 1.0 if mode == "max" else -1.0
+    sign = mode_sign(mode)
     valid = []
     for key, cost, value in points:
         cost, value = _finite(cost), _finite(value)
@@ -289,7 +285,7 @@ def best_vs_cost(rows: Sequence[Mapping[str, Any]], mode: str) -> list[dict[str,
         total += row["cost"]
         value = row["value"]
         if row["state"] == "COMPLETE" and value is not None and (
-                best is None or _better(value, best, mode)):
+                best is None or better(value, best, mode)):
             best, best_number = value, row["number"]
         out.append({"number": row["number"], "state": row["state"], "cost": row["cost"],
                     "cumulative_cost": total, "value": value, "best_value": best,
@@ -742,7 +738,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     best = None
     for row in rows:
         if row["state"] == "COMPLETE" and row["value"] is not None and (
-                best is None or _better(row["value"], best["value"], mode)):
+                best is None or better(row["value"], best["value"], mode)):
             best = row
     by_state = dict.fromkeys(STATES, 0)
     for row in rows:
