@@ -571,13 +571,28 @@ def run(
                     trainable=trainable)
 
 
-def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
-         trainable) -> RunResult:
-    """:func:`run`'s work, inside the process state it restores."""
-    from hpsearch.money import pricing
-    from hpsearch.money.ledger import Ledger
+@dataclass
+class _Prepared:
+    """What :func:`_run` has checked before it takes the run dir's lock."""
 
-    out = emit or (lambda line: None)
+    backend: Any
+    started_s: float
+    config: config_mod.Config
+    gpu: Any
+    currency: str
+    run_path: Path
+    url: str
+    checkpoints: Any
+
+
+def _prepare(source, overrides, run_dir, backend, trainable,
+             out: Callable[[str], None]) -> _Prepared:
+    """Load and check everything that can be checked before the run dir is touched:
+    bad input raises here and nothing is written."""
+    from hpsearch.adapters import nvml
+    from hpsearch.checkpoints import RunCheckpoints
+    from hpsearch.money import pricing
+
     function = trainable if callable(trainable) else None
     if backend is None:
         backend = LightningBackend(function)
@@ -593,19 +608,28 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     if config.storage is not None:
         config_mod.check_storage(config.storage)  # before anything opens or writes it
     backend.check(config)
-    from hpsearch.adapters import nvml
-
     gpu = nvml.for_pricing(config)
     first = pricing.resolve(config, gpu=gpu)  # unknown instance: before anything starts
-    currency = first.currency
     _check_minimum(config, first)
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
     faults.check_writable(run_path, config_mod.sqlite_file(url))
-    from hpsearch.checkpoints import RunCheckpoints
-
     checkpoints = RunCheckpoints(config, run_path)  # opened, priced: before anything is written
+    return _Prepared(backend, started_s, config, gpu, first.currency, run_path, url,
+                     checkpoints)
+
+
+def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
+         trainable) -> RunResult:
+    """:func:`run`'s work, inside the process state it restores."""
+    from hpsearch.money import pricing
+    from hpsearch.money.ledger import Ledger
+
+    out = emit or (lambda line: None)
+    ready = _prepare(source, overrides, run_dir, backend, trainable, out)
+    config, run_path, url, gpu = ready.config, ready.run_path, ready.url, ready.gpu
+    checkpoints = ready.checkpoints
     # The lock comes first, so that a second driver is refused at once, before it
     # starts Ray or reads anything. A run dir made only to hold it is removed again if
     # the run cannot start (bad input writes nothing).
@@ -616,7 +640,7 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     signals = _Signals()
     try:
         lock.acquire()
-        ledger = Ledger(run_path / LEDGER_FILE, currency=currency)  # reads only
+        ledger = Ledger(run_path / LEDGER_FILE, currency=ready.currency)  # reads only
         continuing = _check_existing_study(config, url, ledger, run_path)
         ray_session = _RaySession(config.cluster.address)
         with ray_session as ray:
@@ -633,7 +657,8 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
                     handler = _attach_log(run_path)
                     try:
                         session = _Session(config, run_path, url, price, ledger, out,
-                                           backend, signals, gpu, started_s, checkpoints)
+                                           ready.backend, signals, gpu, ready.started_s,
+                                           checkpoints)
                         return session.run(continuing, concurrency, progress_interval_s)
                     finally:
                         _detach_log(handler)
@@ -1006,34 +1031,13 @@ class _Session:
         """The Tuner: the core behind a searcher, a scheduler and a callback."""
         from ray import tune
 
-        from hpsearch.adapters.trial import runner
-        from hpsearch.adapters.ray.preemption import PreemptionCallback
-        from hpsearch.adapters.ray.tune import (AbortStopper, CoreCallback, CoreScheduler,
-                                                CoreSearcher, trial_resources)
-        from hpsearch.recovery.preemption import SimulatedPreemptions
+        from hpsearch.adapters.ray.tune import (AbortStopper, CoreScheduler, CoreSearcher,
+                                                trial_resources)
 
         config = self.config
         metric, mode = config.objective.metric, config.objective.mode
         checkpoints = self.checkpoints
-        preemption = config.preemption
-        simulated = SimulatedPreemptions(preemption.simulate.rate_per_hour,
-                                         preemption.simulate.at, config.search.seed)
-        injector = None
-        if simulated.rate_per_hour > 0 or simulated.at:
-            injector = PreemptionCallback(simulated, attempts.number, preemption.simulate.signal)
-
-        def note(number: int, trial_id: str) -> dict | None:
-            return checkpoints.preempted_note(runner.trial_name(number), trial_id)
-
-        def give_up(reason: str) -> None:
-            if core.abort is None:
-                core.abort = ConfigError("checkpoint.storage", reason)
-
-        def warn(line: str) -> None:
-            progress.emit(line)
-            log.warning("%s", line.strip())
-
-        guard = checkpoints.guard(placement, warn, give_up)
+        callback, injector = self._callback(core, recorder, placement, attempts, progress)
         spec = trial_spec(config, self.run_path,
                           getattr(self.backend, "function", None),
                           checkpoint_url=checkpoints.trials_url,
@@ -1050,11 +1054,6 @@ class _Session:
         # trials' checkpoints), trials report no Tune checkpoints, and the controller
         # that writes it runs here.
         tune_dir = self.run_path / "tune"
-        callback = CoreCallback(core, attempts, note, injector, progress.tick,
-                                progress.checkpoint_fallback, self._heartbeat(recorder),
-                                lambda number: checkpoints.trial(runner.trial_name(number)),
-                                refused=guard.judge if guard is not None else None,
-                                step=guard.poll if guard is not None else None)
         return tune.Tuner(
             trainable,
             param_space={},
@@ -1082,6 +1081,41 @@ class _Session:
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
+
+    def _callback(self, core, recorder, placement, attempts, progress):
+        """``(the core's Tune callback, the simulated-preemption injector or None)``; the
+        callback asks the storage guard about nodes that join (if checkpoints have one)."""
+        from hpsearch.adapters.trial import runner
+        from hpsearch.adapters.ray.preemption import PreemptionCallback
+        from hpsearch.adapters.ray.tune import CoreCallback
+        from hpsearch.recovery.preemption import SimulatedPreemptions
+
+        checkpoints = self.checkpoints
+        preemption = self.config.preemption
+        simulated = SimulatedPreemptions(preemption.simulate.rate_per_hour,
+                                         preemption.simulate.at, self.config.search.seed)
+        injector = None
+        if simulated.rate_per_hour > 0 or simulated.at:
+            injector = PreemptionCallback(simulated, attempts.number, preemption.simulate.signal)
+
+        def note(number: int, trial_id: str) -> dict | None:
+            return checkpoints.preempted_note(runner.trial_name(number), trial_id)
+
+        def give_up(reason: str) -> None:
+            if core.abort is None:
+                core.abort = ConfigError("checkpoint.storage", reason)
+
+        def warn(line: str) -> None:
+            progress.emit(line)
+            log.warning("%s", line.strip())
+
+        guard = checkpoints.guard(placement, warn, give_up)
+        callback = CoreCallback(core, attempts, note, injector, progress.tick,
+                                progress.checkpoint_fallback, self._heartbeat(recorder),
+                                lambda number: checkpoints.trial(runner.trial_name(number)),
+                                refused=guard.judge if guard is not None else None,
+                                step=guard.poll if guard is not None else None)
+        return callback, injector
 
     def _close(self, core, progress: Progress) -> RunFailed | None:
         """End the session in the core; raise if it was stopped early, interrupted or
