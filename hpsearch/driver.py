@@ -1213,7 +1213,7 @@ class _Session:
             hint = (" Raise the budget and run the same command again to continue the "
                     "study" if self.budget_closed else "")
             stopped = sum(1 for t in study.get_trials(deepcopy=False)
-                          if t.user_attrs.get(keys.ATTR_LIFECYCLE) == "budget_stopped"
+                          if t.user_attrs.get(keys.ATTR_LIFECYCLE) == TrialState.BUDGET_STOPPED.value
                           and not t.state.is_finished())
             if hint and stopped:
                 hint += (f": its {stopped} trial(s) stopped by budget resume first, from "

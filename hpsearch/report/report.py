@@ -39,6 +39,7 @@ from hpsearch.money import catalog as catalog_mod
 from hpsearch.money import storage as storage_money
 from hpsearch import keys
 from hpsearch.report import gpuuse
+from hpsearch.core.lifecycle import TrialState
 from hpsearch.errors import ConfigError
 from hpsearch.spec.config import better, mode_sign
 from hpsearch.scalars import finite as _finite
@@ -48,7 +49,7 @@ from hpsearch.scalars import finite as _finite
 #: session with more money resumes it.
 STATES = ("COMPLETE", "PRUNED", "BUDGET_STOPPED", "FAIL", "RUNNING", "WAITING")
 #: The ``lifecycle`` attribute of a trial the budget stopped.
-BUDGET_STOPPED = "budget_stopped"
+BUDGET_STOPPED = TrialState.BUDGET_STOPPED.value
 #: States whose trials enter the Pareto front: only a trial trained to the end is a
 #: configuration one can pick at its cost (a pruned trial's value is a partial curve).
 FRONT_STATES = ("COMPLETE",)
