@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-from hpsearch.adapters.trial.probe import PROBE_PRECISION, ProbeFigures
+from hpsearch.adapters.trial.probe import ProbeFigures
 from hpsearch.errors import ConfigError
 from hpsearch.money import catalog as catalog_mod
 from hpsearch.money.fmt import fmt_money
@@ -765,7 +765,7 @@ def _gpu_part_only(offer: catalog_mod.Offer) -> bool:
 def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
            ) -> list[str]:
     """The lines ``plan`` prints; ``table`` renders a header and rows."""
-    p, m = plan.probe, plan.memory
+    p = plan.probe
     point = ("midpoint of each range, first categorical choice" if plan.point == "mid"
              else "upper end of each range, largest numeric choice")
     lines = [
@@ -773,45 +773,9 @@ def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
         f"Configuration probed ({point}): {_format_params(p.params)}",
         f"Model: {p.n_params:,} parameters ({p.n_trainable:,} trainable); optimizer "
         f"{plan.optimizer_note}",
-        f"Memory per trial{' per GPU' if plan.gpus_per_trial > 1 else ''} at "
-        f"{plan.precision} ({LIGHTNING_PRECISION[plan.precision]}), batch "
-        f"{p.batch_size if p.batch_size is not None else '?'}:",
-        f"  weights       {fmt_bytes(m.weights_bytes):>10}  ({p.n_params:,} x "
-        f"{p.weight_bytes:g} B)",
-        f"  gradients     {fmt_bytes(m.gradients_bytes):>10}  ({p.n_trainable:,} x "
-        f"{p.weight_bytes:g} B)",
-        f"  optimizer     {fmt_bytes(m.optimizer_bytes):>10}",
     ]
-    if m.ddp_bytes:
-        lines.append(f"  ddp buckets   {fmt_bytes(m.ddp_bytes):>10}  (a copy of the "
-                     "gradients)")
-    lines += [
-        f"  activations   {fmt_bytes(m.activations_bytes):>10}  (tensors saved for "
-        f"backward in one step, measured on CPU"
-        f"{' under bf16 autocast' if plan.precision != 'fp32' else ''})",
-        f"  transient     {fmt_bytes(m.transient_bytes):>10}  (the largest of them again: "
-        "a layer's output while its input is held)",
-        f"  cuda context  {fmt_bytes(m.cuda_context_bytes):>10}  (fixed allowance)",
-        f"  total         {fmt_bytes(m.total_bytes):>10}  (a GPU fits with this at most "
-        f"{HEADROOM:.0%} of its memory)",
-    ]
-    if plan.throughput is not None:
-        on = f" on {plan.throughput.model}" if plan.throughput.model else ""
-        scaled = (" and scaled to the other GPUs by nominal throughput"
-                  if plan.throughput.model else ", taken as is for every GPU")
-        lines.append(f"Time: from the throughput given, {plan.throughput.samples_per_s:g} "
-                     f"samples/s{on}{scaled}; {p.train_samples or '?'} training samples "
-                     f"per epoch, validation +{p.val_ratio:.0%} as measured on CPU")
-    else:
-        lines.append(
-            f"Time: measured on this CPU ({p.threads} thread(s), {p.measured_batches} "
-            f"batch(es)): {fmt_seconds(p.train_step_s)}/train batch, "
-            f"{fmt_seconds(p.val_step_s)}/val batch, {p.train_batches or '?'} + "
-            f"{p.val_batches or 0} batches per epoch = {fmt_seconds(p.cpu_epoch_s)}/epoch; "
-            f"GPU times scale it by matmul rate (this CPU {p.cpu_gflops:.1f} GFLOP/s "
-            f"measured vs each GPU's nominal {plan.precision} rate x {GPU_EFFICIENCY:g}), "
-            f"at least {TRAIN_STEP_FLOOR_S * 1000:g} ms per train batch: a rough guide; "
-            "--throughput gives a measured one")
+    lines += _memory_lines(plan)
+    lines.append(_time_line(plan))
     epochs_from = ("--epochs" if plan.epochs_given else
                    "max_epochs, no trial pruned: --epochs to assume fewer")
     lines.append(
@@ -835,6 +799,65 @@ def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
         lines.append(f"This machine's CPU, for reference (measured, {p.threads} thread(s)): "
                      f"{fmt_seconds(p.cpu_epoch_s)}/epoch; the search about "
                      f"{fmt_money(cost)} {cur} at {key}")
+    lines += _recommendation_lines(plan)
+    lines.append("Estimates, not quotes: check the catalogue's prices (python -m hpsearch "
+                 "catalog) and measure a trial on the chosen GPU.")
+    return lines
+
+
+def _memory_lines(plan: Plan) -> list[str]:
+    """The memory estimate of one trial, part by part."""
+    p, m = plan.probe, plan.memory
+    lines = [
+        f"Memory per trial{' per GPU' if plan.gpus_per_trial > 1 else ''} at "
+        f"{plan.precision} ({LIGHTNING_PRECISION[plan.precision]}), batch "
+        f"{p.batch_size if p.batch_size is not None else '?'}:",
+        f"  weights       {fmt_bytes(m.weights_bytes):>10}  ({p.n_params:,} x "
+        f"{p.weight_bytes:g} B)",
+        f"  gradients     {fmt_bytes(m.gradients_bytes):>10}  ({p.n_trainable:,} x "
+        f"{p.weight_bytes:g} B)",
+        f"  optimizer     {fmt_bytes(m.optimizer_bytes):>10}",
+    ]
+    if m.ddp_bytes:
+        lines.append(f"  ddp buckets   {fmt_bytes(m.ddp_bytes):>10}  (a copy of the "
+                     "gradients)")
+    lines += [
+        f"  activations   {fmt_bytes(m.activations_bytes):>10}  (tensors saved for "
+        f"backward in one step, measured on CPU"
+        f"{' under bf16 autocast' if plan.precision != 'fp32' else ''})",
+        f"  transient     {fmt_bytes(m.transient_bytes):>10}  (the largest of them again: "
+        "a layer's output while its input is held)",
+        f"  cuda context  {fmt_bytes(m.cuda_context_bytes):>10}  (fixed allowance)",
+        f"  total         {fmt_bytes(m.total_bytes):>10}  (a GPU fits with this at most "
+        f"{HEADROOM:.0%} of its memory)",
+    ]
+    return lines
+
+
+def _time_line(plan: Plan) -> str:
+    """Where the time estimate comes from: a throughput given, or this CPU scaled."""
+    p = plan.probe
+    if plan.throughput is not None:
+        on = f" on {plan.throughput.model}" if plan.throughput.model else ""
+        scaled = (" and scaled to the other GPUs by nominal throughput"
+                  if plan.throughput.model else ", taken as is for every GPU")
+        return (f"Time: from the throughput given, {plan.throughput.samples_per_s:g} "
+                f"samples/s{on}{scaled}; {p.train_samples or '?'} training samples "
+                f"per epoch, validation +{p.val_ratio:.0%} as measured on CPU")
+    return (f"Time: measured on this CPU ({p.threads} thread(s), {p.measured_batches} "
+            f"batch(es)): {fmt_seconds(p.train_step_s)}/train batch, "
+            f"{fmt_seconds(p.val_step_s)}/val batch, {p.train_batches or '?'} + "
+            f"{p.val_batches or 0} batches per epoch = {fmt_seconds(p.cpu_epoch_s)}/epoch; "
+            f"GPU times scale it by matmul rate (this CPU {p.cpu_gflops:.1f} GFLOP/s "
+            f"measured vs each GPU's nominal {plan.precision} rate x {GPU_EFFICIENCY:g}), "
+            f"at least {TRAIN_STEP_FLOOR_S * 1000:g} ms per train batch: a rough guide; "
+            "--throughput gives a measured one")
+
+
+def _recommendation_lines(plan: Plan) -> list[str]:
+    """The cheapest fitting offer per currency (and the whole instance when its VM is
+    not priced), against the budget; or why there is none."""
+    lines: list[str] = []
     recs = plan.recommendations()
     for cur, (row, cost, kind) in recs.items():
         line = (f"Recommended ({cur}): {row.offer.key} ({row.offer.gpu_model}) {kind}, "
@@ -858,8 +881,6 @@ def render(plan: Plan, table: Callable[[list[str], list[list[str]]], list[str]]
         else:
             lines.append("No recommendation: no rentable GPU that fits has a time "
                          "estimate (give --throughput).")
-    lines.append("Estimates, not quotes: check the catalogue's prices (python -m hpsearch "
-                 "catalog) and measure a trial on the chosen GPU.")
     return lines
 
 
