@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from hpsearch.money import catalog as catalog_mod
 from hpsearch.spec.config import Config

@@ -24,11 +24,11 @@ import os
 import platform
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from hpsearch.adapters.system import (CONNECT_TIMEOUT_S, RAY_TIMEOUT_S, ClusterInfo, NodeInfo,
+from hpsearch.adapters.system import (RAY_TIMEOUT_S, ClusterInfo, NodeInfo,
                                       TorchInfo)
 
 OK = "ok"
