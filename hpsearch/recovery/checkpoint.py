@@ -173,6 +173,11 @@ def _entry(manifest: dict[str, Any], data: str, name: str) -> Entry:
 class CheckpointStore:
     """A trial's checkpoints.
 
+    Past the project's ~250-line rule for a class, on purpose: it is one storage
+    protocol (write the files, the manifest last; verify on load, fall back, keep the
+    last K and the best, delete the rest) whose steps share the folder's listing and
+    the manifest format; each method is short.
+
     Args:
         folder: The trial's checkpoint folder: a local path, a storage URL (see
             :func:`hpsearch.recovery.storage.parse_url`) or a
