@@ -227,7 +227,9 @@ class Matrix:
 
 
 def checkpoints(run: Path) -> int:
-    return len(list((run / "checkpoints").glob("trial-*/epoch-*")))
+    """Valid-looking checkpoints: one manifest each (written last, see
+    :mod:`hpsearch.recovery.checkpoint`)."""
+    return len(list((run / "checkpoints").glob("trial-*/epoch-*.json")))
 
 
 def running(lines: list[str], n: int = 2) -> bool:
@@ -269,9 +271,8 @@ def tear_ledger(folder: Path) -> list[int]:
 
 def corrupt_checkpoint(folder: Path) -> list[int]:
     """The newest checkpoint of a running trial gets a flipped byte."""
-    newest = sorted((folder / "run" / "checkpoints").glob("trial-*/epoch-*"),
-                    key=lambda p: p.stat().st_mtime)[-1]
-    ckpt = newest / "trial.ckpt"
+    ckpt = sorted((folder / "run" / "checkpoints").glob("trial-*/epoch-*/trial.ckpt"),
+                  key=lambda p: p.stat().st_mtime)[-1]
     data = bytearray(ckpt.read_bytes())
     data[len(data) // 2] ^= 0xFF
     ckpt.write_bytes(bytes(data))
