@@ -255,3 +255,22 @@ def test_the_space_places_and_prices_trials_on_each_clusters_nodes(cluster):
             continue
         assert price.instance == kind.instance and price.spot is kind.spot
         assert price.instance_per_hour == offer.instance_price_per_hour(kind.spot)
+
+
+# -- the README's account ---------------------------------------------------------------
+
+
+def test_the_readmes_refusal_line_is_the_one_the_run_prints():
+    from hpsearch.adapters.ray.storage import refusal
+    from hpsearch.errors import ConfigError
+    from hpsearch.recovery import storage
+
+    node = "3f5c9a1e" + "0" * 48
+    why = storage.check_token(str(REPO / "no-such-folder"), "probe", "token")
+    line = "hpsearch: error: " + str(ConfigError(storage.FIELD, refusal(
+        "/runs/x/checkpoints", True, {node: why},
+        [{"NodeID": node, "NodeManagerAddress": "10.0.1.23"}])))
+    readme = (REPO / "README.md").read_text()
+    assert line in readme
+    assert "## Clusters without a shared disk: checkpoints on object storage\n" in readme
+    assert readme.count("(#clusters-without-a-shared-disk-checkpoints-on-object-storage)") >= 2
