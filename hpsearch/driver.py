@@ -1093,7 +1093,7 @@ class _Session:
         callback asks the storage guard about nodes that join (if checkpoints have one)."""
         from hpsearch.adapters.trial import runner
         from hpsearch.adapters.ray.preemption import PreemptionCallback
-        from hpsearch.adapters.ray.tune import CoreCallback
+        from hpsearch.adapters.ray.tune import CoreCallback, node_died
         from hpsearch.recovery.preemption import SimulatedPreemptions
 
         checkpoints = self.checkpoints
@@ -1120,7 +1120,8 @@ class _Session:
                                 progress.checkpoint_fallback, self._heartbeat(recorder),
                                 lambda number: checkpoints.trial(runner.trial_name(number)),
                                 refused=guard.judge if guard is not None else None,
-                                step=guard.poll if guard is not None else None)
+                                step=guard.poll if guard is not None else None,
+                                node_gone=node_died)
         return callback, injector
 
     def _close(self, core, progress: Progress) -> RunFailed | None:

@@ -16,7 +16,7 @@ import pytest
 
 from hpsearch.recovery.preemption import (Notice, NoticePoller, SimulatedPreemptions, is_notice,
                                  node_lost, preemption_delay_s, preemption_reason,
-                                 watch_sigterm)
+                                 unreachable, watch_sigterm)
 
 # -- which evidence makes a preemption ---------------------------------------------------
 
@@ -33,6 +33,12 @@ from hpsearch.recovery.preemption import (Notice, NoticePoller, SimulatedPreempt
     ({"error_text": "RayActorError: The actor died because its node was terminated"},
      "its node went away"),
     ({"error_text": "RuntimeError: boom at epoch 2"}, None),
+    # Unreachable, then Ray reported its node dead: a spot node taken back.
+    ({"error_text": "ray.exceptions.ActorUnavailableError: The actor 1f is unavailable: "
+                    "The actor is temporarily unavailable: RpcError: Connection reset by "
+                    "peer", "node_gone": True}, "its node went away"),
+    ({"error_text": "ray.exceptions.ActorUnavailableError: The actor 1f is unavailable"},
+     None),
     ({}, None),
 ])
 def test_preemption_reason_weighs_every_kind_of_evidence(evidence, reason):
@@ -42,6 +48,48 @@ def test_preemption_reason_weighs_every_kind_of_evidence(evidence, reason):
 def test_node_lost_is_case_blind():
     assert node_lost("NodeDiedError") and node_lost("The NODE DIED")
     assert not node_lost("the node is fine")
+
+
+def test_an_unreachable_trial_process_is_told_apart_from_the_trials_own_error():
+    assert unreachable("ray.exceptions.ActorUnavailableError: The actor 1f is unavailable")
+    assert unreachable("The actor is TEMPORARILY UNAVAILABLE: RpcError")
+    assert not unreachable("RuntimeError: boom at epoch 2")
+    assert not unreachable("ray.exceptions.NodeDiedError: the node has died")
+
+
+class FakeClock:
+    """Simulated seconds; sleeping advances them."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize("dies_at, listed, expected, waited", [
+    (None, True, False, 30.0),   # still alive after the wait: the trial's own error
+    (4.0, True, True, 4.0),      # Ray's health check declares it dead 4 s later
+    (0.0, True, True, 0.0),      # already dead
+    (None, False, True, 0.0),    # no longer listed at all
+])
+def test_node_died_waits_for_rays_health_check_at_most_wait_s(dies_at, listed, expected,
+                                                              waited):
+    from hpsearch.adapters.ray.tune import node_died
+
+    clock = FakeClock()
+
+    def nodes():
+        alive = dies_at is None or clock() < dies_at
+        other = {"NodeID": "other", "Alive": True}
+        return [other, {"NodeID": "abc", "Alive": alive}] if listed else [other]
+
+    assert node_died("abc", wait_s=30.0, list_nodes=nodes, clock=clock,
+                     sleep=clock.sleep) is expected
+    assert clock() == pytest.approx(waited, abs=0.5)
 
 
 # -- notices -------------------------------------------------------------------------

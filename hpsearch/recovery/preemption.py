@@ -205,9 +205,22 @@ def node_lost(error_text: str) -> bool:
     return any(phrase in text for phrase in NODE_LOST_PHRASES)
 
 
+#: Phrases of Ray's errors when a trial's process could not be reached: its node may be
+#: gone before Ray noticed (the caller's connection was reset first), so the backend
+#: asks Ray whether the node died before it calls the attempt a failure.
+UNREACHABLE_PHRASES = ("actorunavailableerror", "the actor is temporarily unavailable")
+
+
+def unreachable(error_text: str) -> bool:
+    """Whether an error's text says the trial's process could not be reached (its node
+    may have gone: see ``node_gone`` in :func:`preemption_reason`)."""
+    text = error_text.lower()
+    return any(phrase in text for phrase in UNREACHABLE_PHRASES)
+
+
 def preemption_reason(*, notice: str | None = None, killed: str | None = None,
                       note: dict[str, Any] | None = None,
-                      error_text: str = "") -> str | None:
+                      error_text: str = "", node_gone: bool = False) -> str | None:
     """Why an attempt that is gone was preempted, or None if it was not.
 
     The one place preemption is recognised, from every kind of evidence a backend has:
@@ -220,6 +233,9 @@ def preemption_reason(*, notice: str | None = None, killed: str | None = None,
         note: The note the attempt's process left in its checkpoint folder when SIGTERM
             reached it between two results (``{"reason", "epoch"}``).
         error_text: The attempt's error, if it failed: a lost node is a preemption.
+        node_gone: Whether Ray reported the attempt's node dead after the attempt's
+            error (an error that only says its process was unreachable, see
+            :func:`unreachable`, is a preemption when its node died).
     """
     if notice:
         return notice
@@ -228,5 +244,7 @@ def preemption_reason(*, notice: str | None = None, killed: str | None = None,
     if note:
         return f"{note.get('reason', 'preempted')} at epoch {note.get('epoch')}"
     if error_text and node_lost(error_text):
+        return "its node went away"
+    if node_gone:
         return "its node went away"
     return None

@@ -37,7 +37,7 @@ from hpsearch.pruning.decisions import Decision
 from hpsearch.errors import EXIT_CONFIG, HpsearchError
 from hpsearch.core.placement import avoid_selector
 from hpsearch.recovery.faults import disk_full_cause
-from hpsearch.recovery.preemption import preemption_reason
+from hpsearch.recovery.preemption import preemption_reason, unreachable
 from hpsearch.recovery.storage import StorageUnreachable
 
 log = logging.getLogger(__name__)
@@ -228,6 +228,9 @@ class CoreCallback(_Inert, Callback):
             reach the checkpoint storage (the trial is placed elsewhere, see
             :class:`~hpsearch.recovery.storage.StorageUnreachable`).
         step: Called after each controller step (the storage guard's poll).
+        node_gone: ``node id -> bool``: whether Ray reports that node dead (waiting for
+            Ray's health check); asked only when an attempt's error says its process was
+            unreachable, which is how a node that vanished can first show.
     """
 
     def __init__(self, core: SearchCore, attempts: Attempts,
@@ -237,7 +240,8 @@ class CoreCallback(_Inert, Callback):
                  heartbeat: Callable[[], Any] | None = None,
                  checkpoint_dir: Callable[[int], str] | None = None,
                  refused: Callable[[str, str], None] | None = None,
-                 step: Callable[[], None] | None = None):
+                 step: Callable[[], None] | None = None,
+                 node_gone: Callable[[str], bool] | None = None):
         self.core, self.attempts = core, attempts
         self.preempted_note = preempted_note
         self.injector = injector
@@ -247,6 +251,7 @@ class CoreCallback(_Inert, Callback):
         self.checkpoint_dir = checkpoint_dir
         self.refused = refused
         self.step = step
+        self.node_gone = node_gone
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         rejected = result.get(keys.CHECKPOINTS_REJECTED)
@@ -296,14 +301,27 @@ class CoreCallback(_Inert, Callback):
             self.core.halted(number, where)
             return
         text, setup, full = error_summary(trial)
-        reason = None if setup else preemption_reason(
-            killed=self.injector.was_killed(trial.trial_id) if self.injector else None,
-            note=self.preempted_note(number, trial.trial_id) if self.preempted_note else None,
-            error_text=full)
+        evidence = {
+            "killed": self.injector.was_killed(trial.trial_id) if self.injector else None,
+            "note": self.preempted_note(number, trial.trial_id) if self.preempted_note
+            else None,
+            "error_text": full}
+        reason = None if setup else preemption_reason(**evidence)
+        if reason is None and not setup and self._node_gone(trial, full):
+            # Asked last: it may wait for Ray's health check.
+            reason = preemption_reason(**evidence, node_gone=True)
         if reason:
             self.core.preempted(number, reason)
         else:
             self.core.failed(number, text, setup=setup)
+
+    def _node_gone(self, trial: Trial, error_text: str) -> bool:
+        """Whether the node of a trial whose process was unreachable died (a spot node
+        taken back shows so when the trial's connection is reset before Ray notices)."""
+        if self.node_gone is None or not unreachable(error_text):
+            return False
+        node = (trial.last_result or {}).get(keys.NODE_ID)
+        return bool(node) and self.node_gone(str(node))
 
     def on_step_end(self, iteration, trials, **info) -> None:
         if self.heartbeat is not None:
@@ -312,6 +330,41 @@ class CoreCallback(_Inert, Callback):
             self.step()
         if self.tick is not None:
             self.tick(sum(1 for t in trials if t.status == Trial.RUNNING))
+
+
+#: Seconds to wait for Ray to declare a node dead: its health check (every 3 s, dead
+#: after 5 misses, by default) takes up to about 20 s after the node went.
+NODE_DEATH_WAIT_S = 30.0
+
+
+def node_died(node_id: str, wait_s: float = NODE_DEATH_WAIT_S,
+              list_nodes: Callable[[], list] | None = None,
+              clock: Callable[[], float] | None = None,
+              sleep: Callable[[float], None] | None = None) -> bool:
+    """Whether Ray reports the node ``node_id`` dead (or no longer lists it) within
+    ``wait_s`` seconds: the evidence for :class:`CoreCallback`'s ``node_gone``.
+
+    A node that is still alive after ``wait_s`` is alive (the error was the trial's
+    own). Blocks the caller (Tune's controller) for at most ``wait_s``, only after an
+    attempt failed with an unreachable process.
+    """
+    import time
+
+    import ray
+
+    if list_nodes is None:
+        if node_id == ray.get_runtime_context().get_node_id():
+            return False  # the driver's own node: alive while this runs
+        list_nodes = ray.nodes
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    deadline = clock() + wait_s
+    while True:
+        entry = next((n for n in list_nodes() if str(n.get("NodeID")) == node_id), None)
+        if entry is None or not entry.get("Alive"):
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(0.5)
 
 
 def trial_resources(placement: Any, base: dict[str, float]) -> Callable[[dict], Any]:
