@@ -53,13 +53,20 @@ PRICE_PER_HOUR = 1.0  # the same for every policy: money is proportional to busy
 def run_metrics(pool: lcbench.Pool, result: SimResult,
                 price_per_hour: float = PRICE_PER_HOUR, workers: int | None = None) -> dict:
     """The figures of one simulated run (money in price units; with ``workers``, also on
-    a fixed cluster of that many nodes)."""
+    a fixed cluster of that many nodes).
+
+    A hit is the pool objective's (:meth:`benchmarks.lcbench.Objective.hits`): within
+    0.5 pp of the best final accuracy, or within 2% of the best final loss; ``regret_pp``
+    is in percentage points of accuracy, or in percent of the best loss.
+    """
     finals = pool.finals()
-    best = float(finals.max())
-    target = best - TARGET_PP
-    hit_times = [t for trial, t in result.completed.items() if finals[trial] >= target]
+    objective = pool.objective
+    best = pool.best_final()
+    hit_times = [t for trial, t in result.completed.items()
+                 if objective.hits(finals[trial], best)]
     t_hit = min(hit_times) if hit_times else None
     trained = [finals[t] for t in result.completed]
+    kept = (max(trained) if objective.mode == "max" else min(trained)) if trained else None
     total = result.busy_s()
     wasted = sum(result.trial_busy_s(t) for t in result.epochs_done
                  if t not in result.completed)
@@ -70,7 +77,9 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
     return {
         "hit": t_hit is not None,
         "money_to_hit": None if money_to_hit is None else money_to_hit * price_per_hour / 3600,
-        "regret_pp": best - max(trained) if trained else best,
+        # Nothing trained fully: the whole best accuracy, or the pool's worst loss.
+        "regret_pp": objective.regret(kept if kept is not None else (
+            0.0 if objective.mode == "max" else float(finals.max())), best),
         "money": total * price_per_hour / 3600,
         "preemptions": len(result.preempted),
         "lost_share": (lost + restarts) / total if total else 0.0,
