@@ -23,7 +23,7 @@ from hpsearch.pruning.none import NoPruning
 
 __all__ = ["IEpoch", "NoPruning", "make", "PEERS"]
 
-#: The objective of the benchmark's curves.
+#: The objective of the benchmark's curves unless told (stop records name it).
 METRIC = "val_accuracy"
 
 
@@ -63,7 +63,7 @@ class IEpoch(NoPruning):
 
 
 def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = "max",
-         **options: Any) -> Any:
+         metric: str = METRIC, **options: Any) -> Any:
     """A fresh policy for ``policy`` (its state is per run), or, for policies that need
     the run's money, a function of the run's accountant that makes one (what
     :func:`hpsearch.simulate.simulate` accepts)."""
@@ -78,15 +78,15 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
 
         grace = int(policy.rsplit("g", 1)[1]) if policy.startswith("ray-asha-g") else 1
         return AshaPolicy(mode, max_epochs, grace_period=grace, reduction_factor=3,
-                          name=policy, metric=METRIC)
+                          name=policy, metric=metric)
     if policy.startswith("optuna-"):
-        return _optuna(policy, max_epochs, seed, mode)
+        return _optuna(policy, max_epochs, seed, mode, metric)
     if policy == "cost_aware":
         return _cost_aware(max_epochs, mode, **options.get("cost_aware", {}))
     raise ValueError(f"unknown policy {policy!r}")
 
 
-def _optuna(policy: str, max_epochs: int, seed: int, mode: str):
+def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = METRIC):
     import optuna
 
     from hpsearch.adapters.optuna.pruners import OptunaPolicy
@@ -101,7 +101,7 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str):
     else:
         raise ValueError(f"unknown policy {policy!r}")
     return OptunaPolicy(policy, pruner, mode=mode, seed=seed, max_epochs=max_epochs,
-                        metric=METRIC)
+                        metric=metric)
 
 
 def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,

@@ -116,26 +116,30 @@ SPOT_CHECKPOINT_S = 2.0
 
 
 def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
-            spot_rate: float | None = None):
+            spot_rate: float | None = None, objective: str = "acc"):
     """Every (task, seed, policy) run, on demand and (with ``spot_rate``) on spot with
-    simulated preemptions; returns the rows and the anytime curves (on demand)."""
+    simulated preemptions, on ``objective`` (``acc`` or ``loss``, see
+    :data:`benchmarks.lcbench.OBJECTIVES`); returns the rows and the anytime curves (on
+    demand)."""
     rows, curves = [], {}
     markets = ["on-demand"] + (["spot"] if spot_rate else [])
     for task in tasks:
         for seed in seeds:
-            pool = lcbench.load_pool(task, n, seed, data)
+            pool = lcbench.load_pool(task, n, seed, data, objective)
             order = list(np.random.default_rng([seed, 1]).permutation(n))
             max_epochs = max(c.epochs for c in pool.curves)
             for market in markets:
                 for policy in policies:
                     scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n,
-                                           seed=seed, **(options or {}))
+                                           seed=seed, mode=pool.objective.mode,
+                                           metric=pool.objective.metric, **(options or {}))
                     spot = market == "spot"
                     started = time.perf_counter()
                     result = simulate(pool.curves, order, workers, scheduler, preemptions=(
                         Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
                         if spot else None))
                     row = {"task": task, "seed": seed, "policy": policy, "market": market,
+                           "objective": pool.objective.name,
                            "n": n, "workers": workers,
                            **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
                                          workers),
@@ -275,7 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Pruning policies priced on real learning curves (simulated time).")
     parser.add_argument("--tasks", nargs="+",
-                        default=[*lcbench.SURROGATE_TASKS, lcbench.REAL_TASK])
+                        default=list(lcbench.DEV_TASKS),
+                        help="tasks (names, OpenML ids, synthetic; default the 13 "
+                             "development tasks)")
+    parser.add_argument("--objective", choices=sorted(lcbench.OBJECTIVES), default="acc",
+                        help="acc: val_accuracy, max, hit within 0.5 pp of the pool's best; "
+                             "loss: val_cross_entropy, min, hit within 2%% of the best loss")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--n", type=int, default=200, help="configurations per pool")
     parser.add_argument("--workers", type=int, default=4)
@@ -296,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds, args.n = [args.seeds[0]], 60
     try:
         rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
-                               args.data, spot_rate=args.spot_rate)
+                               args.data, spot_rate=args.spot_rate,
+                               objective=args.objective)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
