@@ -4,8 +4,10 @@ Every policy is driven by the same :class:`~hpsearch.core.search.SearchCore` a r
 uses (through :func:`hpsearch.simulate.simulate`), so the benchmark prices the code users
 run. Peers are the real implementations, driven through their own interfaces by the
 wrappers a real run uses (:mod:`hpsearch.adapters.ray.asha`,
-:mod:`hpsearch.adapters.optuna.pruners`): Ray Tune's ``ASHAScheduler``, Optuna's
-``MedianPruner`` and ``HyperbandPruner``. i-Epoch (train every configuration k epochs,
+:mod:`hpsearch.adapters.ray.hyperband`, :mod:`hpsearch.adapters.optuna.pruners`): Ray
+Tune's ``ASHAScheduler`` and ``HyperBandScheduler`` (synchronous, it pauses and resumes:
+``ray-hyperband``), Optuna's ``MedianPruner`` and ``HyperbandPruner`` (asynchronous,
+stop-only: ``optuna-hyperband``). i-Epoch (train every configuration k epochs,
 then the best to the end) has no library implementation and is written here. hpsearch's
 ``cost_aware`` is :class:`hpsearch.pruning.cost_aware.CostAwarePruner` with the core's
 accountant, on the simulated clock.
@@ -79,6 +81,11 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
         grace = int(policy.rsplit("g", 1)[1]) if policy.startswith("ray-asha-g") else 1
         return AshaPolicy(mode, max_epochs, grace_period=grace, reduction_factor=3,
                           name=policy, metric=metric)
+    if policy == "ray-hyperband":
+        from hpsearch.adapters.ray.hyperband import HyperBandPolicy
+
+        return HyperBandPolicy(mode, max_epochs, n_trials, reduction_factor=3, name=policy,
+                               metric=metric)
     if policy.startswith("optuna-"):
         return _optuna(policy, max_epochs, seed, mode, metric)
     if policy == "cost_aware":
@@ -117,4 +124,4 @@ def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
 
 
 PEERS = ("none", "i-epoch-1", "i-epoch-3", "ray-asha", "ray-asha-g5", "optuna-median",
-         "optuna-median-w5", "optuna-hyperband", "cost_aware")
+         "optuna-median-w5", "optuna-hyperband", "ray-hyperband", "cost_aware")
