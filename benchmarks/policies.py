@@ -96,6 +96,25 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
     }
 
 
+def task_group(task: str) -> str:
+    """``dev`` for the 13 development tasks, ``synthetic``, else ``other``."""
+    if task in lcbench.DEV_TASKS or task in lcbench.SURROGATE_TASKS.values():
+        return "dev"
+    return "synthetic" if task == "synthetic" else "other"
+
+
+def calibration(pool: lcbench.Pool, result: SimResult) -> dict:
+    """How many 80% intervals the policy predicted (``pred_n``; the policy's
+    ``predictions``, if it keeps any) and how many held the trial's true final value
+    (``pred_in``: the final of its curve, whether or not it was trained that far)."""
+    predictions = getattr(result.core.policy, "predictions", None) if result.core else None
+    if predictions is None:
+        return {"pred_n": None, "pred_in": None}
+    finals = pool.finals()
+    inside = sum(1 for p in predictions if p.low <= finals[p.trial] <= p.high)
+    return {"pred_n": len(predictions), "pred_in": inside}
+
+
 def anytime(pool: lcbench.Pool, result: SimResult) -> list[tuple[float, float]]:
     """(money, best fully trained accuracy) at each completion, in time order."""
     finals = pool.finals()
@@ -139,7 +158,8 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                         Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
                         if spot else None))
                     row = {"task": task, "seed": seed, "policy": policy, "market": market,
-                           "objective": pool.objective.name,
+                           "objective": pool.objective.name, "group": task_group(task),
+                           **calibration(pool, result),
                            "n": n, "workers": workers,
                            **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
                                          workers),
@@ -166,11 +186,18 @@ def fmt(x, digits=2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def summarise(rows: list[dict], policies, market: str = "on-demand") -> list[dict]:
+def summarise(rows: list[dict], policies, market: str = "on-demand",
+              group: str | None = None) -> list[dict]:
+    """Per policy (on ``market``, in task ``group`` or all): hits, medians over the runs
+    that hit of money to the hit (x none, x oracle), mean and median regret, and the
+    calibration of its predicted 80% intervals (share of true finals inside)."""
     out = []
     for policy in policies:
-        mine = [r for r in rows if r["policy"] == policy and r["market"] == market]
+        mine = [r for r in rows if r["policy"] == policy and r["market"] == market
+                and (group is None or r.get("group") == group)]
         hits = [r for r in mine if r["hit"]]
+        predicted = sum(r.get("pred_n") or 0 for r in mine)
+        inside = sum(r.get("pred_in") or 0 for r in mine)
 
         def med(key, among=hits):
             values = [r[key] for r in among if r[key] is not None]
@@ -179,7 +206,12 @@ def summarise(rows: list[dict], policies, market: str = "on-demand") -> list[dic
         out.append({"policy": policy, "hits": len(hits), "runs": len(mine),
                     "x_none": med("x_none"), "x_none_fixed": med("x_none_fixed"),
                     "x_oracle": med("x_oracle"),
-                    "regret_pp": med("regret_pp", mine), "wasted": med("wasted", mine),
+                    "regret_pp": med("regret_pp", mine),
+                    "regret_mean": (statistics.mean(r["regret_pp"] for r in mine)
+                                    if mine else None),
+                    "calibration": inside / predicted if predicted else None,
+                    "predictions": predicted,
+                    "wasted": med("wasted", mine),
                     "money_x_none": _money_ratio(rows, mine),
                     "lost_share": med("lost_share", mine),
                     "checkpoint_share": med("checkpoint_share", mine),
@@ -210,20 +242,35 @@ def dominated_by(summary: list[dict], policy: str) -> list[str]:
     return out
 
 
-def markdown(summary: list[dict], args, spot: list[dict] | None = None) -> str:
+def markdown(summary: list[dict], args, spot: list[dict] | None = None,
+             groups: dict[str, list[dict]] | None = None) -> str:
+    objective = lcbench.OBJECTIVES[getattr(args, "objective", "acc")]
+    unit = "pp" if objective.mode == "max" else "% of the best loss"
+    target = (f"within {lcbench.ACC_TOLERANCE_PP} pp of the pool's best final accuracy"
+              if objective.mode == "max" else
+              f"within {lcbench.LOSS_TOLERANCE:.0%} of the pool's best final loss")
     lines = [
-        f"Tasks {', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
-        f"pools of {args.n}; {args.workers} workers; target = pool best - {TARGET_PP} pp.",
-        "",
-        "| policy | hits | money to hit (x none, median of hits) | same, fixed cluster "
-        "(x none) | x oracle | regret pp (median) | wasted share | whole run (x none) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"Objective {objective.name} ({objective.metric}, {objective.mode}); tasks "
+        f"{', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
+        f"pools of {args.n}; {args.workers} workers; hit = a trial trained to the end "
+        f"{target}; regret in {unit}.",
     ]
-    for s in summary:
-        lines.append(f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
-                     f"{fmt(s.get('x_none_fixed'))} | "
-                     f"{fmt(s['x_oracle'])} | {fmt(s['regret_pp'])} | {fmt(s['wasted'])} | "
-                     f"{fmt(s['money_x_none'])} |")
+    for name, rows in (groups or {"all": summary}).items():
+        lines += [
+            "", f"Task group {name}:", "",
+            "| policy | hits | money to hit (x none, median of hits) | same, fixed cluster "
+            "(x none) | x oracle | regret (mean) | regret (median) | wasted share | "
+            "whole run (x none) | calibration of 80% intervals |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s in rows:
+            calib = ("-" if s.get("calibration") is None else
+                     f"{s['calibration']:.0%} of {s['predictions']}")
+            lines.append(
+                f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+                f"{fmt(s.get('x_none_fixed'))} | {fmt(s['x_oracle'])} | "
+                f"{fmt(s['regret_mean'], 3)} | {fmt(s['regret_pp'], 3)} | "
+                f"{fmt(s['wasted'])} | {fmt(s['money_x_none'])} | {calib} |")
     lines += ["", f"Money to hit two ways: {args.workers} workers released when idle (busy "
               f"time x price), and a fixed cluster of {args.workers} nodes billed for the "
               "search's wall time to the hit, idle or not."]
@@ -315,8 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)
     summary = summarise(rows, args.policies)
+    present = [g for g in ("dev", "other", "synthetic") if any(r["group"] == g for r in rows)]
+    groups = {g: summarise(rows, args.policies, group=g) for g in present}
     spot = summarise(rows, args.policies, "spot") if args.spot_rate else None
-    text = markdown(summary, args, spot)
+    text = markdown(summary, args, spot, groups)
     (args.out / "summary.md").write_text(text)
     plot(curves, args.tasks, args.seeds, args.policies, args.out / "accuracy_vs_money.png")
     print()
