@@ -90,6 +90,10 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
         return _optuna(policy, max_epochs, seed, mode, metric)
     if policy == "cost_aware":
         return _cost_aware(max_epochs, mode, **options.get("cost_aware", {}))
+    if policy.startswith("cost_aware-a"):  # the knob at another value: cost_aware-a0.5
+        knob = {**options.get("cost_aware", {}),
+                "aggressiveness": float(policy.rsplit("-a", 1)[1])}
+        return _cost_aware(max_epochs, mode, name=policy, **knob)
     raise ValueError(f"unknown policy {policy!r}")
 
 
@@ -112,13 +116,18 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = ME
 
 
 def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
-                **policy_kwargs: Any) -> Callable:
-    """hpsearch's cost-aware policy, made with the simulated run's accountant."""
+                name: str | None = None, **policy_kwargs: Any) -> Callable:
+    """hpsearch's cost-aware policy, made with the simulated run's accountant (named
+    ``name`` in the benchmark's rows when given)."""
     from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
 
     def with_accountant(accountant):
-        return CostAwarePruner(CostAwarePolicy(mode, max_epochs, aggressiveness=aggressiveness,
-                                               **policy_kwargs), accountant)
+        pruner = CostAwarePruner(CostAwarePolicy(mode, max_epochs,
+                                                 aggressiveness=aggressiveness,
+                                                 **policy_kwargs), accountant)
+        if name is not None:
+            pruner.name = name
+        return pruner
 
     return with_accountant
 

@@ -234,7 +234,8 @@ def dominated_by(summary: list[dict], policy: str) -> list[str]:
     me = next(s for s in summary if s["policy"] == policy)
     out = []
     for s in summary:
-        if s["policy"] == policy or s["x_none"] is None or me["x_none"] is None:
+        if (s["policy"] == policy or s["policy"].startswith("cost_aware")
+                or s["x_none"] is None or me["x_none"] is None):
             continue
         if s["hits"] >= me["hits"] and s["x_none"] <= me["x_none"] and (
                 s["hits"] > me["hits"] or s["x_none"] < me["x_none"]):

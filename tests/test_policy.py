@@ -58,7 +58,7 @@ def test_the_tuned_constants_are_pinned():
     assert cost_aware.SLOPE_EPOCHS == 3
     assert cost_aware.MIN_PEERS == 4
     assert cost_aware.MIN_FINISHED == 2
-    assert cost_aware.GUARD_OPTIMISM == 1.5
+    assert cost_aware.GUARD_OPTIMISM == 3.0
     assert cost_aware.GUARD_FROM == 2
     assert cost_aware.COST_FULL_FROM == 10
     assert cost_aware.COST_FACTOR_RANGE == (1 / 3, 3.0)
@@ -498,16 +498,16 @@ def test_guard_stops_a_flat_trial_that_cannot_reach_the_incumbent():
 
 
 def test_guard_spares_a_trial_rising_fast_enough():
-    # Slope 0.04/epoch x 7 epochs left x GUARD_OPTIMISM (1.5) = 0.42: 0.60 -> 1.02 >= 0.95.
+    # Slope 0.04/epoch x 7 epochs left x GUARD_OPTIMISM (3) = 0.84: 0.60 -> 1.44 >= 0.95.
     b = _guarded_board([0.52, 0.56, 0.60])
     assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.04 * 7 >= 0.95
     assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
 
 
 def test_guard_stops_a_trial_rising_too_slowly():
-    # Slope 0.03 x 7 x 1.5 = 0.315: at best 0.915 < 0.95.
-    b = _guarded_board([0.54, 0.57, 0.60])
-    assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.03 * 7 < 0.95
+    # Slope 0.01 x 7 x 3 = 0.21: at best 0.81 < 0.95.
+    b = _guarded_board([0.58, 0.59, 0.60])
+    assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.01 * 7 < 0.95
     verdict = CostAwarePolicy("max", 10).decide(b, 7, 3)
     assert verdict.decision is Decision.STOP and "cannot reach" in verdict.reason
 
@@ -521,11 +521,11 @@ def test_guard_spares_a_trial_within_the_typical_gain():
     "candidate, expected",
     [
         # Peaked at 0.94, dipped to 0.84 and not rising: from the peak, the largest
-        # finished recovery after epoch 4 (0.01) x 1.5 reaches 0.955 >= 0.95.
+        # finished recovery after epoch 4 (0.01) x 3 reaches 0.97 >= 0.95.
         ([0.90, 0.94, 0.85, 0.84], Decision.CONTINUE),
-        # The same now, a lower peak: 0.92 + 0.015 < 0.95.
-        ([0.90, 0.92, 0.85, 0.84], Decision.STOP),
-        # Never higher than now: 0.84 + 0.015 < 0.95.
+        # The same now, a lower peak: 0.91 + 0.03 < 0.95.
+        ([0.90, 0.91, 0.85, 0.84], Decision.STOP),
+        # Never higher than now: 0.84 + 0.03 < 0.95.
         ([0.84, 0.84, 0.84, 0.84], Decision.STOP),
     ],
 )
