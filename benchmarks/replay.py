@@ -48,6 +48,9 @@ class SimClock:
     def __init__(self, workers: int, to_start: int):
         self.workers = workers
         self.to_start = to_start
+        #: Epochs each study trial has reported: a resumed attempt (after a pause)
+        #: replays from the next one, as a trial resumed from its checkpoint trains.
+        self.done: dict[int, int] = {}
         self.now = 0.0
         self.pending: dict[str, tuple[float, int] | None] = {}
         self.sequence = 0
@@ -85,24 +88,36 @@ class SimClock:
     def time(self) -> float:
         return self.now
 
+    def epochs_done(self, number: int) -> int:
+        return self.done.get(number, 0)
+
+    def reported(self, number: int, epoch: int) -> None:
+        self.done[number] = max(self.done.get(number, 0), epoch)
+
 
 def replay(config: dict[str, Any], clock_name: str, curves: list[Curve], metric: str) -> None:
-    """Report a recorded curve, epoch by epoch, on the simulated clock."""
+    """Report a recorded curve, epoch by epoch, on the simulated clock; a resumed attempt
+    (the trial paused earlier) goes on from the epoch after its last report."""
     import ray
     from ray import tune
 
     clock = ray.get_actor(clock_name)
     curve = curves[int(config["config_id"])]
+    number = int(config.get(keys.TRIAL_NUMBER, -1))
     trial = tune.get_context().get_trial_id()
     start = ray.get(clock.register.remote(trial))
-    for epoch in range(1, curve.epochs + 1):
-        now = ray.get(clock.wait_until.remote(trial, start + curve.cum_time_s[epoch - 1]))
+    done = ray.get(clock.epochs_done.remote(number))
+    before = curve.cum_time_s[done - 1] if done else 0.0
+    for epoch in range(done + 1, curve.epochs + 1):
+        now = ray.get(clock.wait_until.remote(
+            trial, start + curve.cum_time_s[epoch - 1] - before))
+        ray.get(clock.reported.remote(number, epoch))
         tune.report({
             metric: curve.values[epoch - 1],
             keys.EPOCH: epoch,
             keys.EPOCH_TIME_S: curve.epoch_s(epoch),
             keys.TRIAL_TIME_S: now - start,
-            keys.START_EPOCH: 0,
+            keys.START_EPOCH: done,
         })
 
 
@@ -149,8 +164,10 @@ class ReplayBackend:
 
 
 def ray_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str,
-             run_dir: Path) -> dict:
-    """Run the pool through hpsearch.run on Ray with the replay backend."""
+             run_dir: Path, starts: int | None = None) -> dict:
+    """Run the pool through hpsearch.run on Ray with the replay backend (``starts``:
+    the attempts the clock waits for, default one per trial; a policy that pauses and
+    resumes starts some trials again)."""
     import optuna
 
     import hpsearch
@@ -173,7 +190,7 @@ def ray_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str,
         "pruning": POLICY_CONFIG[policy],
         "pricing": {"price_per_hour": 1.0, "currency": "USD"},
     }
-    backend = ReplayBackend(pool.curves, workers, n)
+    backend = ReplayBackend(pool.curves, workers, n if starts is None else starts)
     result = hpsearch.run(cfg, run_dir=run_dir, emit=None, backend=backend)
     stopped = {}
     for t in result.study.get_trials():
@@ -196,7 +213,7 @@ def sim_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str) ->
     result = simulate(pool.curves, order, workers,
                       peers.make(policy, max_epochs=max_epochs, n_trials=len(order), seed=0))
     stopped = {t: e for t, e in result.epochs_done.items() if t not in result.completed}
-    return {"stopped": stopped, "busy_s": result.busy_s()}
+    return {"stopped": stopped, "busy_s": result.busy_s(), "starts": len(result.starts)}
 
 
 def crosscheck(task: str, seed: int, n: int, workers: int, policy: str,
@@ -204,8 +221,9 @@ def crosscheck(task: str, seed: int, n: int, workers: int, policy: str,
     """Both paths on one small pool; returns both outcomes and whether they agree."""
     pool = lcbench.load_pool(task, n, seed, data)
     order = [int(i) for i in np.random.default_rng([seed, 1]).permutation(n)]
-    on_ray = ray_path(pool, order, workers, policy, run_dir)
+    # The simulation first: the clock of the Ray path waits for as many attempts.
     in_sim = sim_path(pool, order, workers, policy)
+    on_ray = ray_path(pool, order, workers, policy, run_dir, in_sim["starts"])
     agree = (on_ray["stopped"] == in_sim["stopped"]
              and abs(on_ray["busy_s"] - in_sim["busy_s"]) <= 1e-6 * max(1.0, in_sim["busy_s"]))
     return {"task": task, "policy": policy, "ray": on_ray, "sim": in_sim, "agree": agree}
