@@ -522,8 +522,9 @@ class CostAwarePruner:
         self.board = Board(mode=policy.mode)
         #: The predictions behind every pause and stop, for measuring calibration.
         self.predictions: list[Prediction] = []
-        #: Trials paused (and not resumed since), with the epoch they paused after.
-        self.paused: dict[int, int] = {}
+        #: Trials paused (and not resumed since): the epoch they paused after, and how
+        #: many trials had a score there then (a resume needs new evidence at it).
+        self.paused: dict[int, tuple[int, int]] = {}
         #: Epoch costs by trial, with the epochs on the board they were measured at: a
         #: trial's cost changes when it reports (a new epoch time, or a new node).
         self._costs: dict[int, tuple[int, float | None]] = {}
@@ -538,7 +539,7 @@ class CostAwarePruner:
                 self.on_end(history.number, history.last_epoch, history.state)
             elif history.state is TrialState.PAUSED:
                 self.board.stop(history.number, history.last_epoch)
-                self.paused[history.number] = history.last_epoch
+                self.paused[history.number] = (history.last_epoch, 0)
 
     def on_start(self, trial: int) -> None:
         self.board.resume(trial)
@@ -566,7 +567,7 @@ class CostAwarePruner:
             if verdict.predicted_interval is not None:
                 self.predictions.append(Prediction(trial, epoch, *verdict.predicted_interval))
         if verdict.decision is Decision.PAUSE:
-            self.paused[trial] = epoch
+            self.paused[trial] = (epoch, len(self.board.trials_at.get(epoch, ())))
         return verdict
 
     def on_end(self, trial: int, epoch: int, state: "TrialState") -> None:
@@ -584,22 +585,25 @@ class CostAwarePruner:
     def pick_resume(self, waiting: "Sequence[int]") -> int | None:
         """The paused trial worth a free worker now, or None.
 
-        A paused trial qualifies when, at the epoch it paused after, it now ranks within
-        the kept share (trials that reached that epoch since did worse: the evidence
-        changed) and the 80% interval of its final still reaches the incumbent. Of those,
+        A paused trial qualifies when trials have reached the epoch it paused after since
+        it paused, and it now ranks within the kept share there (they did worse: the
+        evidence changed) and the 80% interval of its final still reaches the incumbent. Of those,
         the one with the best expected improvement over the incumbent per unit of its
         epoch's cost (measured epoch time x its node's price); before any trial finished,
         the best ranked per unit of cost.
         """
         board, policy = self.board, self.policy
         incumbent = board.incumbent()
-        peers = self._peer_costs()
         best: tuple | None = None
         for trial in waiting:
-            epoch = self.paused.get(trial)
-            if epoch is None:
+            paused = self.paused.get(trial)
+            if paused is None:
                 continue
-            ratio = policy._cost_ratio(self._cost(trial), peers)
+            epoch, seen = paused
+            if len(board.trials_at.get(epoch, ())) <= seen:
+                continue  # nothing new at its epoch: the evidence that paused it holds
+            # Its epoch cost against its peers', as when it was paused.
+            ratio = policy._cost_ratio(self._cost(trial), self._peer_costs(trial))
             cut = policy.cut(board, trial, epoch, ratio)
             if cut is None or not cut.keeps:
                 continue
