@@ -221,9 +221,10 @@ def crosscheck(task: str, seed: int, n: int, workers: int, policy: str,
     """Both paths on one small pool; returns both outcomes and whether they agree."""
     pool = lcbench.load_pool(task, n, seed, data)
     order = [int(i) for i in np.random.default_rng([seed, 1]).permutation(n)]
-    # The simulation first: the clock of the Ray path waits for as many attempts.
+    # The clock waits for one attempt per trial: were it to wait for the simulation's
+    # resumes too, a Ray path that resumed fewer would hang instead of disagreeing.
+    on_ray = ray_path(pool, order, workers, policy, run_dir)
     in_sim = sim_path(pool, order, workers, policy)
-    on_ray = ray_path(pool, order, workers, policy, run_dir, in_sim["starts"])
     agree = (on_ray["stopped"] == in_sim["stopped"]
              and abs(on_ray["busy_s"] - in_sim["busy_s"]) <= 1e-6 * max(1.0, in_sim["busy_s"]))
     return {"task": task, "policy": policy, "ray": on_ray, "sim": in_sim, "agree": agree}
