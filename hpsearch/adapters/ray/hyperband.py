@@ -111,13 +111,17 @@ class HyperBandPolicy:
     def restore(self, histories: Sequence[TrialHistory]) -> None:
         """Replay earlier sessions' curves through HyperBand's brackets, in trial order."""
         for history in sorted(histories, key=lambda h: h.number):
+            running = (history.number in self.trials
+                       and self.trials[history.number].status == self._status.RUNNING)
             self.on_start(history.number)
             for epoch, value in sorted(history.values.items()):
                 self.on_result(history.number, epoch, value)
             trial = self.trials[history.number]
+            if running and trial.status == self._status.PAUSED:
+                trial.status = self._status.RUNNING  # epochs a running trial restored
             if history.state.finished:
                 self.on_end(history.number, history.last_epoch, history.state)
-            elif trial.status != self._status.TERMINATED:
+            elif trial.status not in (self._status.TERMINATED, self._status.RUNNING):
                 trial.status = (self._status.PAUSED if history.state is TrialState.PAUSED
                                 else self._status.PENDING)
 
