@@ -93,7 +93,8 @@ MIN_PEERS = 4
 MIN_FINISHED = 2
 #: The guard's reach (largest finished recovery, or own slope continued) is multiplied
 #: by this. Its stop is final, on thin evidence (two finished curves may do), so it must
-#: be sure. On the 13 development tasks (accuracy and loss, seeds 0-4, 130 runs): at 1.5
+#: be sure. On the 13 development tasks (accuracy and loss, seeds 0-4, 130 runs; with the
+#: first version of the resume rule): at 1.5
 #: 115 hits (median money to the hit 0.22x / 0.24x no pruning's, accuracy / loss), at 3
 #: 118 (0.23x / 0.23x), without the guard 119 (0.23x / 0.24x).
 GUARD_OPTIMISM = 3.0
