@@ -54,6 +54,17 @@ class SimClock:
         self.now = 0.0
         self.pending: dict[str, tuple[float, int] | None] = {}
         self.sequence = 0
+        #: Trials Tune holds to run (PENDING or RUNNING) at its last step's end.
+        self.live = 0
+        #: Step ends still to see after a trial ended before Tune has asked the search
+        #: for what the freed worker runs (that step's end, then the next one's).
+        self.stale = 0
+        #: Epoch ends granted to each running trial, and those the driver has seen
+        #: (its result processed): nothing moves while a granted one is unseen, and with
+        #: a worker free, not before Tune has asked the search again (a paused trial may
+        #: be resumed on what that result showed, at that instant, as in the simulator).
+        self.granted: dict[str, int] = {}
+        self.seen: dict[str, int] = {}
         self.changed = asyncio.Condition()
 
     async def register(self, trial: str) -> float:
@@ -66,12 +77,36 @@ class SimClock:
     async def unregister(self, trial: str) -> None:
         async with self.changed:
             self.pending.pop(trial, None)
+            self.granted.pop(trial, None)
+            self.seen.pop(trial, None)
+            # A worker is free: nothing moves until Tune has asked the search what it
+            # runs next (a new trial or a paused one resumed), as the simulator does at
+            # the same instant.
+            self.stale = 2
+            self.changed.notify_all()
+
+    async def result_seen(self, trial: str) -> None:
+        async with self.changed:
+            if trial in self.granted:
+                self.seen[trial] = self.seen.get(trial, 0) + 1
+                if len(self.pending) < self.workers:
+                    self.stale = 2
+            self.changed.notify_all()
+
+    async def step_end(self, live: int) -> None:
+        async with self.changed:
+            self.stale = max(0, self.stale - 1)
+            self.live = live
             self.changed.notify_all()
 
     def _ready(self, trial: str) -> bool:
         busy = min(self.workers, len(self.pending) + max(0, self.to_start))
         if len(self.pending) < busy or any(v is None for v in self.pending.values()):
             return False
+        if any(self.seen.get(t, 0) < n for t, n in self.granted.items()):
+            return False  # the driver has not seen every result granted yet
+        if self.stale or len(self.pending) < min(self.workers, self.live):
+            return False  # an attempt Tune will start has not registered yet
         return min(self.pending, key=lambda k: self.pending[k]) == trial
 
     async def wait_until(self, trial: str, t: float) -> float:
@@ -83,6 +118,7 @@ class SimClock:
             await self.changed.wait_for(lambda: self._ready(trial))
             self.now = max(self.now, t)
             self.pending[trial] = None
+            self.granted[trial] = self.granted.get(trial, 0) + 1
             return self.now
 
     def time(self) -> float:
@@ -140,6 +176,13 @@ class ReplayBackend:
                 ray.get(actor.unregister.remote(trial.trial_id))
 
             on_trial_error = on_trial_complete
+
+            def on_trial_result(self, iteration, trials, trial, result, **info):
+                ray.get(actor.result_seen.remote(trial.trial_id))
+
+            def on_step_end(self, iteration, trials, **info):
+                live = sum(1 for t in trials if t.status in ("PENDING", "RUNNING"))
+                ray.get(actor.step_end.remote(live))
 
         self._callbacks = [Unregister()]
 
