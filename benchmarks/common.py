@@ -15,6 +15,7 @@ def local_ray(num_cpus: int = 2, **kwargs):
                                                              os.environ.get("PYTHONPATH")]))
     import ray
 
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+    # address="local": a new Ray of our own, never a cluster another process started.
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR, **kwargs)
     return ray

@@ -4,8 +4,10 @@ Every policy is driven by the same :class:`~hpsearch.core.search.SearchCore` a r
 uses (through :func:`hpsearch.simulate.simulate`), so the benchmark prices the code users
 run. Peers are the real implementations, driven through their own interfaces by the
 wrappers a real run uses (:mod:`hpsearch.adapters.ray.asha`,
-:mod:`hpsearch.adapters.optuna.pruners`): Ray Tune's ``ASHAScheduler``, Optuna's
-``MedianPruner`` and ``HyperbandPruner``. i-Epoch (train every configuration k epochs,
+:mod:`hpsearch.adapters.ray.hyperband`, :mod:`hpsearch.adapters.optuna.pruners`): Ray
+Tune's ``ASHAScheduler`` and ``HyperBandScheduler`` (synchronous, it pauses and resumes:
+``ray-hyperband``), Optuna's ``MedianPruner`` and ``HyperbandPruner`` (asynchronous,
+stop-only: ``optuna-hyperband``). i-Epoch (train every configuration k epochs,
 then the best to the end) has no library implementation and is written here. hpsearch's
 ``cost_aware`` is :class:`hpsearch.pruning.cost_aware.CostAwarePruner` with the core's
 accountant, on the simulated clock.
@@ -24,7 +26,7 @@ from hpsearch.spec.config import mode_sign
 
 __all__ = ["IEpoch", "NoPruning", "make", "PEERS"]
 
-#: The objective of the benchmark's curves.
+#: The objective of the benchmark's curves unless told (stop records name it).
 METRIC = "val_accuracy"
 
 
@@ -64,7 +66,7 @@ class IEpoch(NoPruning):
 
 
 def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = "max",
-         **options: Any) -> Any:
+         metric: str = METRIC, **options: Any) -> Any:
     """A fresh policy for ``policy`` (its state is per run), or, for policies that need
     the run's money, a function of the run's accountant that makes one (what
     :func:`hpsearch.simulate.simulate` accepts)."""
@@ -79,15 +81,24 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
 
         grace = int(policy.rsplit("g", 1)[1]) if policy.startswith("ray-asha-g") else 1
         return AshaPolicy(mode, max_epochs, grace_period=grace, reduction_factor=3,
-                          name=policy, metric=METRIC)
+                          name=policy, metric=metric)
+    if policy == "ray-hyperband":
+        from hpsearch.adapters.ray.hyperband import HyperBandPolicy
+
+        return HyperBandPolicy(mode, max_epochs, n_trials, reduction_factor=3, name=policy,
+                               metric=metric)
     if policy.startswith("optuna-"):
-        return _optuna(policy, max_epochs, seed, mode)
+        return _optuna(policy, max_epochs, seed, mode, metric)
     if policy == "cost_aware":
         return _cost_aware(max_epochs, mode, **options.get("cost_aware", {}))
+    if policy.startswith("cost_aware-a"):  # the knob at another value: cost_aware-a0.5
+        knob = {**options.get("cost_aware", {}),
+                "aggressiveness": float(policy.rsplit("-a", 1)[1])}
+        return _cost_aware(max_epochs, mode, name=policy, **knob)
     raise ValueError(f"unknown policy {policy!r}")
 
 
-def _optuna(policy: str, max_epochs: int, seed: int, mode: str):
+def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = METRIC):
     import optuna
 
     from hpsearch.adapters.optuna.pruners import OptunaPolicy
@@ -102,20 +113,25 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str):
     else:
         raise ValueError(f"unknown policy {policy!r}")
     return OptunaPolicy(policy, pruner, mode=mode, seed=seed, max_epochs=max_epochs,
-                        metric=METRIC)
+                        metric=metric)
 
 
 def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
-                **policy_kwargs: Any) -> Callable:
-    """hpsearch's cost-aware policy, made with the simulated run's accountant."""
+                name: str | None = None, **policy_kwargs: Any) -> Callable:
+    """hpsearch's cost-aware policy, made with the simulated run's accountant (named
+    ``name`` in the benchmark's rows when given)."""
     from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
 
     def with_accountant(accountant):
-        return CostAwarePruner(CostAwarePolicy(mode, max_epochs, aggressiveness=aggressiveness,
-                                               **policy_kwargs), accountant)
+        pruner = CostAwarePruner(CostAwarePolicy(mode, max_epochs,
+                                                 aggressiveness=aggressiveness,
+                                                 **policy_kwargs), accountant)
+        if name is not None:
+            pruner.name = name
+        return pruner
 
     return with_accountant
 
 
 PEERS = ("none", "i-epoch-1", "i-epoch-3", "ray-asha", "ray-asha-g5", "optuna-median",
-         "optuna-median-w5", "optuna-hyperband", "cost_aware")
+         "optuna-median-w5", "optuna-hyperband", "ray-hyperband", "cost_aware")

@@ -53,13 +53,20 @@ PRICE_PER_HOUR = 1.0  # the same for every policy: money is proportional to busy
 def run_metrics(pool: lcbench.Pool, result: SimResult,
                 price_per_hour: float = PRICE_PER_HOUR, workers: int | None = None) -> dict:
     """The figures of one simulated run (money in price units; with ``workers``, also on
-    a fixed cluster of that many nodes)."""
+    a fixed cluster of that many nodes).
+
+    A hit is the pool objective's (:meth:`benchmarks.lcbench.Objective.hits`): within
+    0.5 pp of the best final accuracy, or within 2% of the best final loss; ``regret_pp``
+    is in percentage points of accuracy, or in percent of the best loss.
+    """
     finals = pool.finals()
-    best = float(finals.max())
-    target = best - TARGET_PP
-    hit_times = [t for trial, t in result.completed.items() if finals[trial] >= target]
+    objective = pool.objective
+    best = pool.best_final()
+    hit_times = [t for trial, t in result.completed.items()
+                 if objective.hits(finals[trial], best)]
     t_hit = min(hit_times) if hit_times else None
     trained = [finals[t] for t in result.completed]
+    kept = (max(trained) if objective.mode == "max" else min(trained)) if trained else None
     total = result.busy_s()
     wasted = sum(result.trial_busy_s(t) for t in result.epochs_done
                  if t not in result.completed)
@@ -70,7 +77,9 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
     return {
         "hit": t_hit is not None,
         "money_to_hit": None if money_to_hit is None else money_to_hit * price_per_hour / 3600,
-        "regret_pp": best - max(trained) if trained else best,
+        # Nothing trained fully: the whole best accuracy, or the pool's worst loss.
+        "regret_pp": objective.regret(kept if kept is not None else (
+            0.0 if objective.mode == "max" else float(finals.max())), best),
         "money": total * price_per_hour / 3600,
         "preemptions": len(result.preempted),
         "lost_share": (lost + restarts) / total if total else 0.0,
@@ -85,6 +94,25 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
                                    else fleet_cost(workers, t_hit, price_per_hour)),
             "money_fixed": fleet_cost(workers, result.last_busy_s, price_per_hour)}),
     }
+
+
+def task_group(task: str) -> str:
+    """``dev`` for the 13 development tasks, ``synthetic``, else ``other``."""
+    if task in lcbench.DEV_TASKS or task in lcbench.SURROGATE_TASKS.values():
+        return "dev"
+    return "synthetic" if task == "synthetic" else "other"
+
+
+def calibration(pool: lcbench.Pool, result: SimResult) -> dict:
+    """How many 80% intervals the policy predicted (``pred_n``; the policy's
+    ``predictions``, if it keeps any) and how many held the trial's true final value
+    (``pred_in``: the final of its curve, whether or not it was trained that far)."""
+    predictions = getattr(result.core.policy, "predictions", None) if result.core else None
+    if predictions is None:
+        return {"pred_n": None, "pred_in": None}
+    finals = pool.finals()
+    inside = sum(1 for p in predictions if p.low <= finals[p.trial] <= p.high)
+    return {"pred_n": len(predictions), "pred_in": inside}
 
 
 def anytime(pool: lcbench.Pool, result: SimResult) -> list[tuple[float, float]]:
@@ -107,26 +135,31 @@ SPOT_CHECKPOINT_S = 2.0
 
 
 def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
-            spot_rate: float | None = None):
+            spot_rate: float | None = None, objective: str = "acc"):
     """Every (task, seed, policy) run, on demand and (with ``spot_rate``) on spot with
-    simulated preemptions; returns the rows and the anytime curves (on demand)."""
+    simulated preemptions, on ``objective`` (``acc`` or ``loss``, see
+    :data:`benchmarks.lcbench.OBJECTIVES`); returns the rows and the anytime curves (on
+    demand)."""
     rows, curves = [], {}
     markets = ["on-demand"] + (["spot"] if spot_rate else [])
     for task in tasks:
         for seed in seeds:
-            pool = lcbench.load_pool(task, n, seed, data)
+            pool = lcbench.load_pool(task, n, seed, data, objective)
             order = list(np.random.default_rng([seed, 1]).permutation(n))
             max_epochs = max(c.epochs for c in pool.curves)
             for market in markets:
                 for policy in policies:
                     scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n,
-                                           seed=seed, **(options or {}))
+                                           seed=seed, mode=pool.objective.mode,
+                                           metric=pool.objective.metric, **(options or {}))
                     spot = market == "spot"
                     started = time.perf_counter()
                     result = simulate(pool.curves, order, workers, scheduler, preemptions=(
                         Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
                         if spot else None))
                     row = {"task": task, "seed": seed, "policy": policy, "market": market,
+                           "objective": pool.objective.name, "group": task_group(task),
+                           **calibration(pool, result),
                            "n": n, "workers": workers,
                            **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
                                          workers),
@@ -153,11 +186,18 @@ def fmt(x, digits=2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def summarise(rows: list[dict], policies, market: str = "on-demand") -> list[dict]:
+def summarise(rows: list[dict], policies, market: str = "on-demand",
+              group: str | None = None) -> list[dict]:
+    """Per policy (on ``market``, in task ``group`` or all): hits, medians over the runs
+    that hit of money to the hit (x none, x oracle), mean and median regret, and the
+    calibration of its predicted 80% intervals (share of true finals inside)."""
     out = []
     for policy in policies:
-        mine = [r for r in rows if r["policy"] == policy and r["market"] == market]
+        mine = [r for r in rows if r["policy"] == policy and r["market"] == market
+                and (group is None or r.get("group") == group)]
         hits = [r for r in mine if r["hit"]]
+        predicted = sum(r.get("pred_n") or 0 for r in mine)
+        inside = sum(r.get("pred_in") or 0 for r in mine)
 
         def med(key, among=hits):
             values = [r[key] for r in among if r[key] is not None]
@@ -166,7 +206,12 @@ def summarise(rows: list[dict], policies, market: str = "on-demand") -> list[dic
         out.append({"policy": policy, "hits": len(hits), "runs": len(mine),
                     "x_none": med("x_none"), "x_none_fixed": med("x_none_fixed"),
                     "x_oracle": med("x_oracle"),
-                    "regret_pp": med("regret_pp", mine), "wasted": med("wasted", mine),
+                    "regret_pp": med("regret_pp", mine),
+                    "regret_mean": (statistics.mean(r["regret_pp"] for r in mine)
+                                    if mine else None),
+                    "calibration": inside / predicted if predicted else None,
+                    "predictions": predicted,
+                    "wasted": med("wasted", mine),
                     "money_x_none": _money_ratio(rows, mine),
                     "lost_share": med("lost_share", mine),
                     "checkpoint_share": med("checkpoint_share", mine),
@@ -189,7 +234,8 @@ def dominated_by(summary: list[dict], policy: str) -> list[str]:
     me = next(s for s in summary if s["policy"] == policy)
     out = []
     for s in summary:
-        if s["policy"] == policy or s["x_none"] is None or me["x_none"] is None:
+        if (s["policy"] == policy or s["policy"].startswith("cost_aware")
+                or s["x_none"] is None or me["x_none"] is None):
             continue
         if s["hits"] >= me["hits"] and s["x_none"] <= me["x_none"] and (
                 s["hits"] > me["hits"] or s["x_none"] < me["x_none"]):
@@ -197,20 +243,35 @@ def dominated_by(summary: list[dict], policy: str) -> list[str]:
     return out
 
 
-def markdown(summary: list[dict], args, spot: list[dict] | None = None) -> str:
+def markdown(summary: list[dict], args, spot: list[dict] | None = None,
+             groups: dict[str, list[dict]] | None = None) -> str:
+    objective = lcbench.OBJECTIVES[getattr(args, "objective", "acc")]
+    unit = "pp" if objective.mode == "max" else "% of the best loss"
+    target = (f"within {lcbench.ACC_TOLERANCE_PP} pp of the pool's best final accuracy"
+              if objective.mode == "max" else
+              f"within {lcbench.LOSS_TOLERANCE:.0%} of the pool's best final loss")
     lines = [
-        f"Tasks {', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
-        f"pools of {args.n}; {args.workers} workers; target = pool best - {TARGET_PP} pp.",
-        "",
-        "| policy | hits | money to hit (x none, median of hits) | same, fixed cluster "
-        "(x none) | x oracle | regret pp (median) | wasted share | whole run (x none) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"Objective {objective.name} ({objective.metric}, {objective.mode}); tasks "
+        f"{', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
+        f"pools of {args.n}; {args.workers} workers; hit = a trial trained to the end "
+        f"{target}; regret in {unit}.",
     ]
-    for s in summary:
-        lines.append(f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
-                     f"{fmt(s.get('x_none_fixed'))} | "
-                     f"{fmt(s['x_oracle'])} | {fmt(s['regret_pp'])} | {fmt(s['wasted'])} | "
-                     f"{fmt(s['money_x_none'])} |")
+    for name, rows in (groups or {"all": summary}).items():
+        lines += [
+            "", f"Task group {name}:", "",
+            "| policy | hits | money to hit (x none, median of hits) | same, fixed cluster "
+            "(x none) | x oracle | regret (mean) | regret (median) | wasted share | "
+            "whole run (x none) | calibration of 80% intervals |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s in rows:
+            calib = ("-" if s.get("calibration") is None else
+                     f"{s['calibration']:.0%} of {s['predictions']}")
+            lines.append(
+                f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+                f"{fmt(s.get('x_none_fixed'))} | {fmt(s['x_oracle'])} | "
+                f"{fmt(s['regret_mean'], 3)} | {fmt(s['regret_pp'], 3)} | "
+                f"{fmt(s['wasted'])} | {fmt(s['money_x_none'])} | {calib} |")
     lines += ["", f"Money to hit two ways: {args.workers} workers released when idle (busy "
               f"time x price), and a fixed cluster of {args.workers} nodes billed for the "
               "search's wall time to the hit, idle or not."]
@@ -266,7 +327,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Pruning policies priced on real learning curves (simulated time).")
     parser.add_argument("--tasks", nargs="+",
-                        default=[*lcbench.SURROGATE_TASKS, lcbench.REAL_TASK])
+                        default=list(lcbench.DEV_TASKS),
+                        help="tasks (names, OpenML ids, synthetic; default the 13 "
+                             "development tasks)")
+    parser.add_argument("--objective", choices=sorted(lcbench.OBJECTIVES), default="acc",
+                        help="acc: val_accuracy, max, hit within 0.5 pp of the pool's best; "
+                             "loss: val_cross_entropy, min, hit within 2%% of the best loss")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--n", type=int, default=200, help="configurations per pool")
     parser.add_argument("--workers", type=int, default=4)
@@ -287,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds, args.n = [args.seeds[0]], 60
     try:
         rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
-                               args.data, spot_rate=args.spot_rate)
+                               args.data, spot_rate=args.spot_rate,
+                               objective=args.objective)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -296,8 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)
     summary = summarise(rows, args.policies)
+    present = [g for g in ("dev", "other", "synthetic") if any(r["group"] == g for r in rows)]
+    groups = {g: summarise(rows, args.policies, group=g) for g in present}
     spot = summarise(rows, args.policies, "spot") if args.spot_rate else None
-    text = markdown(summary, args, spot)
+    text = markdown(summary, args, spot, groups)
     (args.out / "summary.md").write_text(text)
     plot(curves, args.tasks, args.seeds, args.policies, args.out / "accuracy_vs_money.png")
     print()

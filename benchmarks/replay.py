@@ -48,9 +48,23 @@ class SimClock:
     def __init__(self, workers: int, to_start: int):
         self.workers = workers
         self.to_start = to_start
+        #: Epochs each study trial has reported: a resumed attempt (after a pause)
+        #: replays from the next one, as a trial resumed from its checkpoint trains.
+        self.done: dict[int, int] = {}
         self.now = 0.0
         self.pending: dict[str, tuple[float, int] | None] = {}
         self.sequence = 0
+        #: Trials Tune holds to run (PENDING or RUNNING) at its last step's end.
+        self.live = 0
+        #: Step ends still to see after a trial ended before Tune has asked the search
+        #: for what the freed worker runs (that step's end, then the next one's).
+        self.stale = 0
+        #: Epoch ends granted to each running trial, and those the driver has seen
+        #: (its result processed): nothing moves while a granted one is unseen, and with
+        #: a worker free, not before Tune has asked the search again (a paused trial may
+        #: be resumed on what that result showed, at that instant, as in the simulator).
+        self.granted: dict[str, int] = {}
+        self.seen: dict[str, int] = {}
         self.changed = asyncio.Condition()
 
     async def register(self, trial: str) -> float:
@@ -63,12 +77,36 @@ class SimClock:
     async def unregister(self, trial: str) -> None:
         async with self.changed:
             self.pending.pop(trial, None)
+            self.granted.pop(trial, None)
+            self.seen.pop(trial, None)
+            # A worker is free: nothing moves until Tune has asked the search what it
+            # runs next (a new trial or a paused one resumed), as the simulator does at
+            # the same instant.
+            self.stale = 2
+            self.changed.notify_all()
+
+    async def result_seen(self, trial: str) -> None:
+        async with self.changed:
+            if trial in self.granted:
+                self.seen[trial] = self.seen.get(trial, 0) + 1
+                if len(self.pending) < self.workers:
+                    self.stale = 2
+            self.changed.notify_all()
+
+    async def step_end(self, live: int) -> None:
+        async with self.changed:
+            self.stale = max(0, self.stale - 1)
+            self.live = live
             self.changed.notify_all()
 
     def _ready(self, trial: str) -> bool:
         busy = min(self.workers, len(self.pending) + max(0, self.to_start))
         if len(self.pending) < busy or any(v is None for v in self.pending.values()):
             return False
+        if any(self.seen.get(t, 0) < n for t, n in self.granted.items()):
+            return False  # the driver has not seen every result granted yet
+        if self.stale or len(self.pending) < min(self.workers, self.live):
+            return False  # an attempt Tune will start has not registered yet
         return min(self.pending, key=lambda k: self.pending[k]) == trial
 
     async def wait_until(self, trial: str, t: float) -> float:
@@ -80,29 +118,42 @@ class SimClock:
             await self.changed.wait_for(lambda: self._ready(trial))
             self.now = max(self.now, t)
             self.pending[trial] = None
+            self.granted[trial] = self.granted.get(trial, 0) + 1
             return self.now
 
     def time(self) -> float:
         return self.now
 
+    def epochs_done(self, number: int) -> int:
+        return self.done.get(number, 0)
+
+    def reported(self, number: int, epoch: int) -> None:
+        self.done[number] = max(self.done.get(number, 0), epoch)
+
 
 def replay(config: dict[str, Any], clock_name: str, curves: list[Curve], metric: str) -> None:
-    """Report a recorded curve, epoch by epoch, on the simulated clock."""
+    """Report a recorded curve, epoch by epoch, on the simulated clock; a resumed attempt
+    (the trial paused earlier) goes on from the epoch after its last report."""
     import ray
     from ray import tune
 
     clock = ray.get_actor(clock_name)
     curve = curves[int(config["config_id"])]
+    number = int(config.get(keys.TRIAL_NUMBER, -1))
     trial = tune.get_context().get_trial_id()
     start = ray.get(clock.register.remote(trial))
-    for epoch in range(1, curve.epochs + 1):
-        now = ray.get(clock.wait_until.remote(trial, start + curve.cum_time_s[epoch - 1]))
+    done = ray.get(clock.epochs_done.remote(number))
+    before = curve.cum_time_s[done - 1] if done else 0.0
+    for epoch in range(done + 1, curve.epochs + 1):
+        now = ray.get(clock.wait_until.remote(
+            trial, start + curve.cum_time_s[epoch - 1] - before))
+        ray.get(clock.reported.remote(number, epoch))
         tune.report({
             metric: curve.values[epoch - 1],
             keys.EPOCH: epoch,
             keys.EPOCH_TIME_S: curve.epoch_s(epoch),
             keys.TRIAL_TIME_S: now - start,
-            keys.START_EPOCH: 0,
+            keys.START_EPOCH: done,
         })
 
 
@@ -125,6 +176,13 @@ class ReplayBackend:
                 ray.get(actor.unregister.remote(trial.trial_id))
 
             on_trial_error = on_trial_complete
+
+            def on_trial_result(self, iteration, trials, trial, result, **info):
+                ray.get(actor.result_seen.remote(trial.trial_id))
+
+            def on_step_end(self, iteration, trials, **info):
+                live = sum(1 for t in trials if t.status in ("PENDING", "RUNNING"))
+                ray.get(actor.step_end.remote(live))
 
         self._callbacks = [Unregister()]
 
@@ -149,8 +207,10 @@ class ReplayBackend:
 
 
 def ray_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str,
-             run_dir: Path) -> dict:
-    """Run the pool through hpsearch.run on Ray with the replay backend."""
+             run_dir: Path, starts: int | None = None) -> dict:
+    """Run the pool through hpsearch.run on Ray with the replay backend (``starts``:
+    the attempts the clock waits for, default one per trial; a policy that pauses and
+    resumes starts some trials again)."""
     import optuna
 
     import hpsearch
@@ -173,7 +233,7 @@ def ray_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str,
         "pruning": POLICY_CONFIG[policy],
         "pricing": {"price_per_hour": 1.0, "currency": "USD"},
     }
-    backend = ReplayBackend(pool.curves, workers, n)
+    backend = ReplayBackend(pool.curves, workers, n if starts is None else starts)
     result = hpsearch.run(cfg, run_dir=run_dir, emit=None, backend=backend)
     stopped = {}
     for t in result.study.get_trials():
@@ -196,7 +256,7 @@ def sim_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str) ->
     result = simulate(pool.curves, order, workers,
                       peers.make(policy, max_epochs=max_epochs, n_trials=len(order), seed=0))
     stopped = {t: e for t, e in result.epochs_done.items() if t not in result.completed}
-    return {"stopped": stopped, "busy_s": result.busy_s()}
+    return {"stopped": stopped, "busy_s": result.busy_s(), "starts": len(result.starts)}
 
 
 def crosscheck(task: str, seed: int, n: int, workers: int, policy: str,
@@ -204,6 +264,8 @@ def crosscheck(task: str, seed: int, n: int, workers: int, policy: str,
     """Both paths on one small pool; returns both outcomes and whether they agree."""
     pool = lcbench.load_pool(task, n, seed, data)
     order = [int(i) for i in np.random.default_rng([seed, 1]).permutation(n)]
+    # The clock waits for one attempt per trial: were it to wait for the simulation's
+    # resumes too, a Ray path that resumed fewer would hang instead of disagreeing.
     on_ray = ray_path(pool, order, workers, policy, run_dir)
     in_sim = sim_path(pool, order, workers, policy)
     agree = (on_ray["stopped"] == in_sim["stopped"]

@@ -209,8 +209,84 @@ def test_optuna_pruners_are_deterministic(pool40, name):
 # The command line
 
 
-RUN_COLUMNS = ["task", "seed", "policy", "hit", "money_to_hit", "regret_pp", "money",
-               "x_oracle", "wasted", "x_none"]
+RUN_COLUMNS = ["task", "seed", "policy", "market", "hit", "money_to_hit", "regret_pp",
+               "money", "x_oracle", "wasted", "x_none", "objective", "group", "pred_n",
+               "pred_in"]
+
+
+# ---------------------------------------------------------------------------------------
+# The objectives' hit definitions
+
+
+def test_accuracy_hits_within_half_a_point_of_the_best():
+    acc = lcbench.OBJECTIVES["acc"]
+    assert (acc.metric, acc.mode) == ("val_accuracy", "max")
+    assert acc.hit_target(90.0) == pytest.approx(89.5)
+    assert acc.hits(89.5, 90.0) and acc.hits(90.0, 90.0) and not acc.hits(89.49, 90.0)
+    assert acc.regret(88.0, 90.0) == pytest.approx(2.0)
+
+
+def test_loss_hits_within_two_percent_of_the_best():
+    loss = lcbench.OBJECTIVES["loss"]
+    assert (loss.metric, loss.mode) == ("val_cross_entropy", "min")
+    assert loss.hit_target(0.5) == pytest.approx(0.51)
+    assert loss.hits(0.51, 0.5) and loss.hits(0.5, 0.5) and not loss.hits(0.5101, 0.5)
+    assert loss.regret(0.55, 0.5) == pytest.approx(10.0)  # percent of the best loss
+
+
+def test_run_metrics_on_a_loss_pool():
+    curves = [Curve((2.0, 0.50), (10.0, 18.0)),  # the best loss
+              Curve((1.0, 0.505), (5.0, 10.0)),  # within 2%: a hit, sooner
+              Curve((1.0, 0.60), (5.0, 8.0))]
+    pool = Pool("hand", curves, [{}] * 3, lcbench.OBJECTIVES["loss"])
+    assert pool.best() == 0 and pool.best_final() == pytest.approx(0.50)
+    result = simulate(pool.curves, [0, 1, 2], 3, NoPruning())
+    m = policies.run_metrics(pool, result)
+    assert m["hit"] is True and m["regret_pp"] == 0.0
+    assert m["money_to_hit"] == pytest.approx(money(10 + 10 + 8))  # at 10 s
+    stopped = simulate(pool.curves, [0, 1, 2], 3, StopAt({0: 1, 1: 1}))
+    m = policies.run_metrics(pool, stopped)
+    assert m["hit"] is False
+    assert m["regret_pp"] == pytest.approx(20.0)  # 0.60 against 0.50
+
+
+def test_pools_of_both_objectives_share_configurations_and_times():
+    acc = lcbench.load_pool("synthetic", 20, 1, None, "acc")
+    loss = lcbench.load_pool("synthetic", 20, 1, None, "loss")
+    assert acc.configs == loss.configs
+    assert [c.cum_time_s for c in acc.curves] == [c.cum_time_s for c in loss.curves]
+    assert acc.best() == loss.best()  # the same ranking, reversed, in other units
+
+
+def test_ray_hyperband_pauses_and_resumes(pool40):
+    _, result = run_peer(pool40, "ray-hyperband")
+    paused = {trial for _, trial, _, _, d in result.reports if d is Decision.PAUSE}
+    assert paused
+    started = [t for _, t in result.starts]
+    resumed = {t for t in started if started.count(t) > 1}
+    assert resumed and resumed <= paused
+    assert result.completed
+
+
+@pytest.mark.timeout(60)
+def test_quick_loss_benchmark_reports_groups_and_calibration(tmp_path):
+    import pandas as pd
+
+    assert policies.main(["--quick", "--tasks", "synthetic", "--objective", "loss",
+                          "--policies", "none", "ray-asha-g5", "cost_aware",
+                          "--spot-rate", "0", "--out", str(tmp_path)]) == 0
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert set(RUN_COLUMNS) <= set(runs.columns)
+    assert set(runs["objective"]) == {"loss"} and set(runs["group"]) == {"synthetic"}
+    mine = runs.set_index("policy").loc["cost_aware"]
+    assert mine["pred_n"] > 0 and 0 <= mine["pred_in"] <= mine["pred_n"]
+    assert runs.set_index("policy").loc["none"]["pred_n"] != runs.set_index(
+        "policy").loc["none"]["pred_n"]  # NaN: no predictions
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Objective loss (val_cross_entropy, min)" in summary
+    assert "Task group synthetic:" in summary
+    assert "regret (mean)" in summary and "calibration of 80% intervals" in summary
+    assert f"of {int(mine['pred_n'])} |" in summary
 
 
 @pytest.mark.timeout(60)

@@ -255,6 +255,17 @@ def test_history_from_a_checkpoint_fills_epochs_the_study_never_recorded():
     assert core.record(0).epoch == 3 and core.record(0).value == 0.7
 
 
+def test_epochs_restored_from_a_checkpoint_are_taught_to_the_policy_undecided():
+    policy = Scripted()
+    core, _, _, _ = make(n=1, policy=policy)
+    start(core)
+    epoch(core, 0, 3, 0.7, start_epoch=2, history=((1, 0.5), (2, 0.6), (3, 0.99)))
+    # Learned as an earlier session's epochs (a curve without holes), decided on: only 3.
+    assert [(h.number, h.state, dict(h.values)) for h in policy.restored] == [
+        (0, S.RUNNING, {1: 0.5, 2: 0.6})]
+    assert [e for e in policy.seen if e[0] == "result"] == [("result", 0, 3, 0.7)]
+
+
 @pytest.mark.parametrize("decision, final", [(Decision.STOP, S.PRUNED),
                                              (Decision.PAUSE, S.PAUSED)])
 def test_a_policy_stop_or_pause_is_recorded_with_its_reason(decision, final):

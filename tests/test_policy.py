@@ -11,6 +11,10 @@ import pytest
 
 from hpsearch.pruning import cost_aware
 from hpsearch.pruning.decisions import Decision
+
+#: A trial the ranks cut: paused while the policy is unsure (no finished trial to predict
+#: from), stopped once its interval ends short of the incumbent.
+CUT = (Decision.PAUSE, Decision.STOP)
 from hpsearch.pruning.cost_aware import (Board, CostAwarePolicy, cost_factor, early_sharpness,
                              keep_fraction)
 
@@ -54,7 +58,7 @@ def test_the_tuned_constants_are_pinned():
     assert cost_aware.SLOPE_EPOCHS == 3
     assert cost_aware.MIN_PEERS == 4
     assert cost_aware.MIN_FINISHED == 2
-    assert cost_aware.GUARD_OPTIMISM == 1.5
+    assert cost_aware.GUARD_OPTIMISM == 3.0
     assert cost_aware.GUARD_FROM == 2
     assert cost_aware.COST_FULL_FROM == 10
     assert cost_aware.COST_FACTOR_RANGE == (1 / 3, 3.0)
@@ -62,6 +66,8 @@ def test_the_tuned_constants_are_pinned():
     assert cost_aware.REFERENCE_EPOCHS == 52
     assert cost_aware.EARLY_SHARPNESS == 1.3
     assert cost_aware.SHARPNESS_FADE == (8, 16)
+    assert cost_aware.BONUS_CAP == 0.5
+    assert cost_aware.INTERVAL == (0.1, 0.9)
 
 
 
@@ -145,7 +151,7 @@ def test_cost_factor(ratio, factor):
 def test_bottom_trial_among_ten_at_epoch_5_is_stopped():
     b = board(field_of(TEN, 5))
     verdict = CostAwarePolicy("max", max_epochs=52).decide(b, 9, 5)
-    assert verdict.decision is Decision.STOP
+    assert verdict.decision in CUT
     assert "rank 10/10" in verdict.reason
     assert "epoch 5/52" in verdict.reason
     assert "top 4" in verdict.reason
@@ -161,7 +167,7 @@ def test_no_decision_at_or_after_the_last_epoch():
     b = board(field_of(TEN, 5))
     assert CostAwarePolicy("max", max_epochs=5).decide(b, 9, 5).decision is Decision.CONTINUE
     assert CostAwarePolicy("max", max_epochs=4).decide(b, 9, 5).decision is Decision.CONTINUE
-    assert CostAwarePolicy("max", max_epochs=6).decide(b, 9, 5).decision is Decision.STOP
+    assert CostAwarePolicy("max", max_epochs=6).decide(b, 9, 5).decision in CUT
 
 
 def test_no_decision_below_min_epochs():
@@ -169,7 +175,7 @@ def test_no_decision_below_min_epochs():
     late = CostAwarePolicy("max", max_epochs=52, min_epochs=6)
     assert late.decide(b, 9, 5).decision is Decision.CONTINUE
     on_time = CostAwarePolicy("max", max_epochs=52, min_epochs=5)
-    assert on_time.decide(b, 9, 5).decision is Decision.STOP
+    assert on_time.decide(b, 9, 5).decision in CUT
 
 
 def test_no_decision_with_fewer_than_min_peers():
@@ -179,7 +185,7 @@ def test_no_decision_with_fewer_than_min_peers():
     assert CostAwarePolicy("max", 52).decide(few, last, 5).decision is Decision.CONTINUE
     enough = board(field_of(TEN[:cost_aware.MIN_PEERS], 5))
     verdict = CostAwarePolicy("max", 52).decide(enough, cost_aware.MIN_PEERS - 1, 5)
-    assert verdict.decision is Decision.STOP
+    assert verdict.decision in CUT
     assert f"rank {cost_aware.MIN_PEERS}/{cost_aware.MIN_PEERS}" in verdict.reason
 
 
@@ -197,7 +203,7 @@ def test_trials_not_yet_at_the_epoch_do_not_count():
     assert pol.decide(board(curves), k - 1, 5).decision is Decision.CONTINUE
     # The same six at epoch 5 are peers: then the candidate ranks last and is cut.
     curves.update(field_of([0.95] * 6, 5, start=10))
-    assert pol.decide(board(curves), k - 1, 5).decision is Decision.STOP
+    assert pol.decide(board(curves), k - 1, 5).decision in CUT
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,7 +217,7 @@ def test_leader_is_kept_even_when_very_expensive():
     assert verdict.decision is Decision.CONTINUE
     # ... while the runner-up at the same price is not.
     assert pol.decide(b, 1, 10, cost_rate=1000.0,
-                      peer_cost_rates=[1.0] * 9).decision is Decision.STOP
+                      peer_cost_rates=[1.0] * 9).decision in CUT
 
 
 def test_ties_share_the_better_rank():
@@ -224,14 +230,14 @@ def test_trials_stopped_earlier_count_as_behind():
     pol = CostAwarePolicy("max", max_epochs=52)
     # Among five running peers at epoch 5 the 4th is cut (the top 2 are kept).
     verdict = pol.decide(board(running), 3, 5)
-    assert verdict.decision is Decision.STOP and "rank 4/5" in verdict.reason
+    assert verdict.decision in CUT and "rank 4/5" in verdict.reason
     # Five peers that were stopped at epoch 3 count as behind it: rank 4 of 10 is kept.
     early = field_of([0.95, 0.95, 0.95, 0.95, 0.95], 3, start=10)
     stopped = {t: 3 for t in early}
     assert pol.decide(board({**running, **early}, stopped=stopped), 3, 5).decision \
         is Decision.CONTINUE
     # The same peers still running behind in epochs do not count.
-    assert pol.decide(board({**running, **early}), 3, 5).decision is Decision.STOP
+    assert pol.decide(board({**running, **early}), 3, 5).decision in CUT
 
 
 def test_a_trial_stopped_at_this_epoch_is_ranked_by_its_value():
@@ -240,7 +246,7 @@ def test_a_trial_stopped_at_this_epoch_is_ranked_by_its_value():
     stopped = {t: 5 for t in at_five}  # stopped after epoch 5: they are ahead here
     verdict = CostAwarePolicy("max", 52).decide(board({**running, **at_five},
                                                       stopped=stopped), 3, 5)
-    assert verdict.decision is Decision.STOP
+    assert verdict.decision in CUT
     assert "rank 9/10" in verdict.reason
 
 
@@ -269,7 +275,7 @@ def test_cost_adjusts_how_high_a_trial_must_rank(trial, cost_rate, expected):
     peers = [1.0] * 19
     verdict = CostAwarePolicy("max", 52).decide(b, trial, cost_aware.COST_FULL_FROM,
                                                 cost_rate=cost_rate, peer_cost_rates=peers)
-    assert verdict.decision is expected
+    assert (verdict.decision in CUT) == (expected is Decision.STOP)
     if expected is Decision.STOP and cost_rate == 4.0:
         assert "x0.50" in verdict.reason and "4.00x the median" in verdict.reason
 
@@ -285,7 +291,7 @@ def test_cost_has_no_effect_at_epoch_2():
             is Decision.CONTINUE, ratio
     for ratio in (None, 1 / 9, 0.01):
         verdict = pol.decide(b, 13, 2, cost_rate=ratio, peer_cost_rates=peers)
-        assert verdict.decision is Decision.STOP, ratio
+        assert verdict.decision in CUT, ratio
         assert "top 13" in verdict.reason
     verdict = pol.decide(b, 19, 2, cost_rate=9.0, peer_cost_rates=peers)
     assert "x1.00: its epochs cost 9.00x the median" in verdict.reason
@@ -297,7 +303,7 @@ def test_cost_has_full_effect_from_cost_full_from(epoch):
     pol = CostAwarePolicy("max", 52)
     for ratio, factor in ((4.0, "x0.50"), (9.0, "x0.33"), (100.0, "x0.33")):
         verdict = pol.decide(b, 19, epoch, cost_rate=ratio, peer_cost_rates=[1.0] * 19)
-        assert verdict.decision is Decision.STOP
+        assert verdict.decision in CUT
         assert factor in verdict.reason, verdict.reason
 
 
@@ -307,7 +313,7 @@ def test_cost_effect_grows_between_epoch_2_and_cost_full_from():
     factors = []
     for epoch in range(3, cost_aware.COST_FULL_FROM):
         verdict = pol.decide(b, 19, epoch, cost_rate=4.0, peer_cost_rates=[1.0] * 19)
-        assert verdict.decision is Decision.STOP
+        assert verdict.decision in CUT
         factors.append(float(verdict.reason.split(" x")[1].split(":")[0]))
     assert all(0.5 < f < 1.0 for f in factors), factors
     assert factors == sorted(factors, reverse=True), factors
@@ -328,7 +334,7 @@ def test_early_cut_stops_what_the_bare_schedule_kept():
     pol = CostAwarePolicy("max", 52)
     assert pol.decide(b, 4, 3).decision is Decision.CONTINUE
     verdict = pol.decide(b, 5, 3)
-    assert verdict.decision is Decision.STOP
+    assert verdict.decision in CUT
     assert "rank 6/10" in verdict.reason and "top 5" in verdict.reason
 
 
@@ -338,14 +344,14 @@ def test_mid_run_cut_keeps_a_close_second():
     b = board(field_of(fifty, 20))
     pol = CostAwarePolicy("max", 52)
     assert pol.decide(b, 1, 20).decision is Decision.CONTINUE
-    assert pol.decide(b, 2, 20).decision is Decision.STOP
+    assert pol.decide(b, 2, 20).decision in CUT
 
 
 def test_aggressiveness_cuts_deeper():
     b = board(field_of(TEN, 5))
     assert CostAwarePolicy("max", 52).decide(b, 3, 5).decision is Decision.CONTINUE
     assert CostAwarePolicy("max", 52, aggressiveness=2).decide(b, 3, 5).decision \
-        is Decision.STOP  # 0.4^2 x 10 -> top 2
+        in CUT  # 0.4^2 x 10 -> top 2
 
 
 # ---------------------------------------------------------------------------------------
@@ -366,7 +372,7 @@ def test_improving_trial_outranks_a_slightly_higher_flat_one():
     pol = CostAwarePolicy("max", 52)
     assert pol.decide(b, 3, 5).decision is Decision.CONTINUE  # rank 4 of 10
     verdict = pol.decide(b, 4, 5)
-    assert verdict.decision is Decision.STOP and "rank 5/10" in verdict.reason
+    assert verdict.decision in CUT and "rank 5/10" in verdict.reason
 
 
 def test_slope_is_the_mean_gain_over_the_last_slope_epochs():
@@ -417,15 +423,39 @@ def test_min_mode_stops_the_highest_loss_and_predicts_in_metric_units():
     b = board(field_of(losses, 5), mode="min")
     pol = CostAwarePolicy("min", 52)
     verdict = pol.decide(b, 9, 5)
-    assert verdict.decision is Decision.STOP
+    assert verdict.decision in CUT
     assert "rank 10/10" in verdict.reason
     assert verdict.predicted_final == pytest.approx(losses[9])  # positive, as logged
     assert pol.decide(b, 0, 5).decision is Decision.CONTINUE
 
 
 def test_min_mode_improvement_is_a_falling_loss():
-    b = board({0: [1.0, 0.8]}, mode="min")
-    assert b.ranked_score(0, 2) == pytest.approx(-0.8 + cost_aware.IMPROVEMENT_BONUS * 0.2)
+    # Scores at epoch 2: -2.0, -0.8, -0.6, -0.5: IQR 0.525; the slope 0.2 x 4 epochs
+    # (0.8) is capped at half of it.
+    b = board({0: [1.0, 0.8], 1: [0.5, 0.5], 2: [0.6, 0.6], 3: [2.0, 2.0]}, mode="min")
+    assert b.slope(0, 2) == pytest.approx(0.2)
+    assert b.spread(2) == pytest.approx(0.525)
+    assert b.ranked_score(0, 2) == pytest.approx(-0.8 + cost_aware.BONUS_CAP * 0.525)
+
+
+def test_bonus_is_capped_by_the_spread_at_the_epoch():
+    # Slope 0.01 x 4 = 0.04 is under half the IQR: uncapped; with a field ten times
+    # tighter the same slope is capped.
+    wide = board({0: [0.77, 0.78, 0.79, 0.80], 1: flat(0.9, 4), 2: flat(0.5, 4),
+                  3: flat(0.6, 4), 4: flat(0.85, 4)})
+    assert wide.bonus(0, 4) == pytest.approx(cost_aware.IMPROVEMENT_BONUS * 0.01)
+    tight = board({0: [0.77, 0.78, 0.79, 0.80], 1: flat(0.801, 4), 2: flat(0.799, 4),
+                   3: flat(0.8005, 4), 4: flat(0.7995, 4)})
+    assert tight.bonus(0, 4) == pytest.approx(cost_aware.BONUS_CAP * tight.spread(4))
+    assert tight.bonus(0, 4) < 0.01
+
+
+def test_spread_is_the_iqr_or_the_range():
+    b = board({i: [v] for i, v in enumerate([1.0, 2.0, 3.0, 4.0, 5.0])})
+    assert b.spread(1) == pytest.approx(2.0)
+    ties = board({0: [1.0], 1: [1.0], 2: [1.0], 3: [1.0], 4: [3.0]})
+    assert ties.spread(1) == pytest.approx(2.0)  # IQR 0: the range
+    assert board({0: [1.0]}).spread(1) == 0.0
 
 
 def test_min_mode_prediction_adds_typical_remaining_gain():
@@ -437,7 +467,7 @@ def test_min_mode_prediction_adds_typical_remaining_gain():
     b = board(curves, mode="min", finished=(100, 101))
     assert b.incumbent() == pytest.approx(-0.3)
     verdict = CostAwarePolicy("min", max_epochs=7).decide(b, 9, 5)
-    assert verdict.decision is Decision.STOP
+    assert verdict.decision in CUT
     assert verdict.predicted_final == pytest.approx(losses[9] - 0.2)
 
 
@@ -468,16 +498,16 @@ def test_guard_stops_a_flat_trial_that_cannot_reach_the_incumbent():
 
 
 def test_guard_spares_a_trial_rising_fast_enough():
-    # Slope 0.04/epoch x 7 epochs left x GUARD_OPTIMISM (1.5) = 0.42: 0.60 -> 1.02 >= 0.95.
+    # Slope 0.04/epoch x 7 epochs left x GUARD_OPTIMISM (3) = 0.84: 0.60 -> 1.44 >= 0.95.
     b = _guarded_board([0.52, 0.56, 0.60])
     assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.04 * 7 >= 0.95
     assert CostAwarePolicy("max", 10).decide(b, 7, 3).decision is Decision.CONTINUE
 
 
 def test_guard_stops_a_trial_rising_too_slowly():
-    # Slope 0.03 x 7 x 1.5 = 0.315: at best 0.915 < 0.95.
-    b = _guarded_board([0.54, 0.57, 0.60])
-    assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.03 * 7 < 0.95
+    # Slope 0.01 x 7 x 3 = 0.21: at best 0.81 < 0.95.
+    b = _guarded_board([0.58, 0.59, 0.60])
+    assert 0.60 + cost_aware.GUARD_OPTIMISM * 0.01 * 7 < 0.95
     verdict = CostAwarePolicy("max", 10).decide(b, 7, 3)
     assert verdict.decision is Decision.STOP and "cannot reach" in verdict.reason
 
@@ -491,11 +521,11 @@ def test_guard_spares_a_trial_within_the_typical_gain():
     "candidate, expected",
     [
         # Peaked at 0.94, dipped to 0.84 and not rising: from the peak, the largest
-        # finished recovery after epoch 4 (0.01) x 1.5 reaches 0.955 >= 0.95.
+        # finished recovery after epoch 4 (0.01) x 3 reaches 0.97 >= 0.95.
         ([0.90, 0.94, 0.85, 0.84], Decision.CONTINUE),
-        # The same now, a lower peak: 0.92 + 0.015 < 0.95.
-        ([0.90, 0.92, 0.85, 0.84], Decision.STOP),
-        # Never higher than now: 0.84 + 0.015 < 0.95.
+        # The same now, a lower peak: 0.91 + 0.03 < 0.95.
+        ([0.90, 0.91, 0.85, 0.84], Decision.STOP),
+        # Never higher than now: 0.84 + 0.03 < 0.95.
         ([0.84, 0.84, 0.84, 0.84], Decision.STOP),
     ],
 )
@@ -610,5 +640,5 @@ def test_no_stop_when_finishing_costs_less_than_the_finish_share():
     # kept once what is left is at most FINISH_SHARE of a trial (here 2 of 20 epochs).
     pol = CostAwarePolicy("max", 20)
     b = board(field_of(TEN, 18))
-    assert pol.decide(b, 9, 17).decision is Decision.STOP
+    assert pol.decide(b, 9, 17).decision in CUT
     assert pol.decide(b, 9, 18).decision is Decision.CONTINUE

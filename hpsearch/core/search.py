@@ -279,11 +279,16 @@ class SearchCore:
         """
         number, epoch = report.number, report.epoch
         record = self.trials.move(number, Event.REPORTED, TrialState.RUNNING)
+        restored: dict[int, float] = {}
         for past, value in report.history:
             # Epochs a stopped driver never recorded, restored from the checkpoint.
             if past not in record.history and past < epoch:
                 self.study.record_epoch(EpochReport(number, past, value, 0.0))
-                record.history[past] = value
+                record.history[past] = restored[past] = value
+        if restored:
+            # The policy learns them as it learns an earlier session's epochs (a curve
+            # with a hole judges the trial's slope wrongly), without deciding on them.
+            self.policy.restore([TrialHistory(number, TrialState.RUNNING, restored)])
         new = epoch not in record.history
         if new:
             self.study.record_epoch(report)

@@ -1,23 +1,39 @@
-"""Cost-aware pruning: stop a trial when its chance of ending best no longer pays for
-the money its remaining training will cost.
+"""Cost-aware pruning: pause a trial when its chance of ending best no longer pays for
+the money its next epochs cost, stop it once it plainly cannot, resume it when the
+evidence changes.
 
-Pure module, stop-only, curve-based (see "Pruning on real curves" in the design notes).
+Pure module, curve-based (see "Pruning on real curves" in the design notes). Every
+comparison is made on sign-adjusted scores (higher is better: the metric times
+:func:`hpsearch.spec.config.mode_sign`'s sign), and every amount that is added to a score is
+measured in the run, in the spread of the scores seen at the same epoch: no constant is in
+the metric's units, so scaling the metric (accuracy in percent or as a fraction) or
+negating it and flipping the mode (a loss) changes no decision.
+
 At each epoch from 2 on, a trial is ranked against every trial seen at that epoch so far
-(trials stopped earlier count as behind it), on its value plus a small bonus for still
-improving. It is kept if it ranks within a share of them that starts generous, while
-epoch-1 and epoch-2 values are close to noise, and narrows as the curves show their
-shape (:func:`keep_fraction`); until epoch 8 that share is raised to a power of 1.3
-(fading to 1 by epoch 16), so the many trials plainly behind early go sooner, while the
-mid-run cut, where the eventual best is often a close second, stays as it was. Money
-enters in how sure the policy must be, not in the yardstick: a trial whose remaining
-epochs cost more than its peers' must rank higher to be kept (the share shrinks with the
-square root of its cost ratio), a cheap one may rank lower, and the leader is always
-kept, however slow. Once trials have finished, a guard stops trials whose optimistic
-extrapolation (the largest gain a finished curve made from this epoch on, or the trial's
-own recent slope continued) cannot reach the incumbent.
+(trials stopped or paused earlier count as behind it), on its score plus a small bonus
+for still improving (IMPROVEMENT_BONUS epochs of its recent slope, at most BONUS_CAP
+interquartile ranges of the scores at that epoch). It is kept if it ranks within a share
+of them that starts generous, while epoch-1 and epoch-2 values are close to noise, and
+narrows as the curves show their shape (:func:`keep_fraction`); until epoch 8 that share
+is raised to a power of 1.3 (fading to 1 by epoch 16). Money enters in how sure the
+policy must be: a trial whose epochs cost more than its peers' (measured epoch time x
+its node's price, from the accountant) must rank higher to be kept, a cheap one may rank
+lower. The leader (best score at its epoch, with or without the bonus) is always kept.
+
+A trial cut by the ranks is *paused* (its checkpoint kept) while the policy is unsure:
+when fewer than MIN_FINISHED trials have finished, or when the 80% interval of its
+predicted final (its score now plus the 10th-90th percentile of what finished trials
+gained from this epoch on) still reaches the incumbent (the best finished trial). It is
+*stopped* when that interval lies below the incumbent, or when even an optimistic path
+(the guard: its peak so far plus the largest recovery a finished curve made from this
+epoch, or its own slope continued) cannot reach the incumbent. When a worker frees up,
+the core asks :meth:`CostAwarePruner.pick_resume`: a paused trial is resumed when it now
+ranks within the kept share at the epoch it paused at (later trials at that epoch did
+worse) and its interval still reaches the incumbent; of several, the one with the best
+expected improvement over the incumbent per unit of its epoch's cost.
 
 One knob, ``aggressiveness`` (default 1): the kept share is raised to this power, so 2
-keeps about its square (stops more, cheaper, riskier) and 0.5 its square root.
+keeps about its square (cuts more, cheaper, riskier) and 0.5 its square root.
 """
 
 from __future__ import annotations
@@ -29,13 +45,13 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
+from hpsearch.core.lifecycle import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 
 if TYPE_CHECKING:
     from typing import Sequence
 
     from hpsearch.money.budget import Accountant
-    from hpsearch.core.lifecycle import TrialState
     from hpsearch.core.ports import TrialHistory
 
 #: Epochs of the LCBench curves the schedules were measured on.
@@ -52,22 +68,37 @@ RELATIVE_SCHEDULE = ((2 / 52, 0.70), (5 / 52, 0.40), (10 / 52, 0.20), (20 / 52, 
 #: often a close 2nd-6th (epochs 13-25) and a narrower share throws it away.
 EARLY_SHARPNESS = 1.3
 SHARPNESS_FADE = (8, 16)
-#: Epochs of a trial's recent slope (over up to SLOPE_EPOCHS) added to its value when
-#: ranking: a trial still improving is judged a little ahead of where it stands.
+#: Epochs of a trial's recent slope (over up to SLOPE_EPOCHS) added to its score when
+#: ranking: a trial still improving is judged a little ahead of where it stands. In
+#: epochs, not metric units; tuned with the schedule on accuracy curves.
 IMPROVEMENT_BONUS = 4.0
 SLOPE_EPOCHS = 3
+#: The bonus is at most this many interquartile ranges of the scores seen at the same
+#: epoch (the run's own scale). Without a cap, a loss that falls steeply from a poor
+#: start (2.2 -> 0.65) outranked the converged leader (0.13): a convex loss curve's raw
+#: slope is large against the gaps between trials. Half an IQR lets an improving trial
+#: pass its close neighbours, never jump the field.
+BONUS_CAP = 0.5
+#: The prediction interval: the 10th to 90th percentile of the gains finished trials
+#: made from the same epoch (an 80% interval; its measured calibration is in the README).
+INTERVAL = (0.1, 0.9)
 #: No stop once the epochs left are at most this share of a trial: finishing costs less
 #: than the evidence that it should not.
 FINISH_SHARE = 0.1
 #: Fewest trials seen at an epoch before ranks there stop anyone (4 lets the first
 #: trials of a 4-worker search judge each other instead of all running to the end).
 MIN_PEERS = 4
-#: Finished curves the incumbent guard needs before it trusts their gains.
+#: Finished curves the incumbent guard and the prediction interval need before they
+#: trust their gains (two: the least that shows a spread; with fewer a cut is a pause).
 MIN_FINISHED = 2
 #: The guard's reach (largest finished recovery, or own slope continued) is multiplied
-#: by this.
-GUARD_OPTIMISM = 1.5
-#: No guard decision before this epoch.
+#: by this. Its stop is final, on thin evidence (two finished curves may do), so it must
+#: be sure. On the 13 development tasks (accuracy and loss, seeds 0-4, 130 runs; with the
+#: first version of the resume rule): at 1.5
+#: 115 hits (median money to the hit 0.22x / 0.24x no pruning's, accuracy / loss), at 3
+#: 118 (0.23x / 0.23x), without the guard 119 (0.23x / 0.24x).
+GUARD_OPTIMISM = 3.0
+#: No guard decision before this epoch (epoch-1 values are close to noise).
 GUARD_FROM = 2
 #: The cost adjustment ramps in linearly from epoch 2 to this epoch (early values are
 #: noise: money should not decide on them).
@@ -124,50 +155,110 @@ def early_sharpness(epoch: float) -> float:
     return EARLY_SHARPNESS + (1.0 - EARLY_SHARPNESS) * fade
 
 
+def _quantile(ordered: "Sequence[float]", q: float) -> float:
+    """The ``q`` quantile of sorted values, linear between order statistics."""
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    i = min(int(pos), len(ordered) - 2)
+    return ordered[i] + (pos - i) * (ordered[i + 1] - ordered[i])
+
+
 @dataclass
 class Board:
-    """Every trial's curve so far, in the metric's own direction.
+    """Every trial's curve so far, as sign-adjusted scores (higher is better).
 
-    Values are stored as scores where higher is better (negated for ``mode: min``).
+    Values are stored as ``mode_sign(mode) * value`` (negated for ``mode: min``); the
+    scores seen at each epoch are also kept sorted, for the spread at that epoch.
     """
 
     mode: str = "max"
     scores: dict[int, dict[int, float]] = field(default_factory=dict)
     stopped_at: dict[int, int] = field(default_factory=dict)
     finished: set[int] = field(default_factory=set)
+    at_epoch: dict[int, list[float]] = field(default_factory=dict)
+    #: The trials with a score at each epoch.
+    trials_at: dict[int, list[int]] = field(default_factory=dict)
+    #: Bumped on every change: caches of ranks are valid for one version.
+    version: int = 0
+    #: Caches of values that cannot change: a slope once its two scores are in; a
+    #: spread for as long as no score is added at its epoch.
+    _slopes: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
+    _spreads: dict[int, tuple[int, float]] = field(default_factory=dict, repr=False)
 
     def sign(self) -> float:
+        # spec.config.mode_sign's arithmetic; importing it would close an import cycle
+        # (the config checks max_epochs against FINISH_SHARE, here).
+        if self.mode not in ("max", "min"):
+            raise ValueError(f"mode: must be max or min (got {self.mode!r})")
         return 1.0 if self.mode == "max" else -1.0
 
     def add(self, trial: int, epoch: int, value: float) -> None:
         """Record ``trial``'s metric after ``epoch`` (repeats keep the first value)."""
         if value is None or math.isnan(value):
             return
-        self.scores.setdefault(trial, {}).setdefault(epoch, self.sign() * value)
+        curve = self.scores.setdefault(trial, {})
+        if epoch in curve:
+            return
+        curve[epoch] = self.sign() * value
+        bisect.insort(self.at_epoch.setdefault(epoch, []), curve[epoch])
+        self.trials_at.setdefault(epoch, []).append(trial)
+        self.version += 1
 
     def stop(self, trial: int, epoch: int) -> None:
-        """``trial`` was stopped after ``epoch``: it counts as behind at later epochs."""
+        """``trial`` was stopped or paused after ``epoch``: it counts as behind at later
+        epochs."""
         self.stopped_at[trial] = epoch
+        self.version += 1
+
+    def resume(self, trial: int) -> None:
+        """``trial`` runs again: it no longer counts as behind."""
+        if self.stopped_at.pop(trial, None) is not None:
+            self.version += 1
 
     def finish(self, trial: int) -> None:
         """``trial`` trained to its last epoch."""
         self.finished.add(trial)
+        self.version += 1
+
+    def spread(self, epoch: int) -> float:
+        """The interquartile range of the scores seen at ``epoch`` (their range if that
+        is 0; 0 with fewer than two): the run's own unit of score at that epoch."""
+        seen = self.at_epoch.get(epoch, [])
+        if len(seen) < 2:
+            return 0.0
+        cached = self._spreads.get(epoch)
+        if cached is not None and cached[0] == len(seen):
+            return cached[1]
+        iqr = _quantile(seen, 0.75) - _quantile(seen, 0.25)
+        spread = iqr if iqr > 0 else seen[-1] - seen[0]
+        self._spreads[epoch] = (len(seen), spread)
+        return spread
 
     def slope(self, trial: int, epoch: int) -> float:
         """Mean gain per epoch over the last (up to) SLOPE_EPOCHS epochs; 0 if falling."""
+        cached = self._slopes.get((trial, epoch))
+        if cached is not None:
+            return cached
         curve = self.scores.get(trial, {})
         back = min(SLOPE_EPOCHS, epoch - 1)
         before = curve.get(epoch - back)
         if back <= 0 or before is None or epoch not in curve:
             return 0.0
-        return max(0.0, (curve[epoch] - before) / back)
+        slope = self._slopes[(trial, epoch)] = max(0.0, (curve[epoch] - before) / back)
+        return slope
+
+    def bonus(self, trial: int, epoch: int) -> float:
+        """IMPROVEMENT_BONUS epochs of the recent slope, at most BONUS_CAP spreads."""
+        return min(IMPROVEMENT_BONUS * self.slope(trial, epoch),
+                   BONUS_CAP * self.spread(epoch))
 
     def ranked_score(self, trial: int, epoch: int) -> float | None:
-        """Score at ``epoch`` plus IMPROVEMENT_BONUS epochs of its recent slope."""
+        """Score at ``epoch`` plus its (capped) bonus for still improving."""
         curve = self.scores.get(trial, {})
         if epoch not in curve:
             return None
-        return curve[epoch] + IMPROVEMENT_BONUS * self.slope(trial, epoch)
+        return curve[epoch] + self.bonus(trial, epoch)
 
     def final(self, trial: int) -> float | None:
         curve = self.scores.get(trial)
@@ -177,7 +268,41 @@ class Board:
         finals = [f for t in self.finished if (f := self.final(t)) is not None]
         return max(finals) if finals else None
 
+    def gains(self, epoch: int) -> list[float]:
+        """What finished trials gained from ``epoch`` to their end (score units), sorted."""
+        out = []
+        for t in self.finished:
+            curve = self.scores.get(t, {})
+            if epoch in curve:
+                out.append(curve[max(curve)] - curve[epoch])
+        return sorted(out)
 
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a trial stands in the rank cut at one epoch.
+
+    Attributes:
+        rank: 1 = best (bonus included); ties share the better rank.
+        n: Trials judged at that epoch (those stopped earlier count, as behind).
+        kept: How many of them the share keeps.
+        share: The schedule's kept share (before the cost factor).
+        factor: The cost factor on it.
+        ratio: The trial's epoch cost over its peers' median, if known.
+        leader: It has the best score at that epoch (with or without its bonus).
+    """
+
+    rank: int
+    n: int
+    kept: int
+    share: float
+    factor: float
+    ratio: float | None
+    leader: bool
+
+    @property
+    def keeps(self) -> bool:
+        return self.leader or self.rank <= self.kept
 
 
 @dataclass
@@ -195,11 +320,13 @@ class CostAwarePolicy:
     max_epochs: int
     min_epochs: int = 1
     aggressiveness: float = 1.0
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def decide(self, board: Board, trial: int, epoch: int,
                cost_rate: float | None = None,
                peer_cost_rates: list[float] | None = None) -> Verdict:
-        """Decide whether ``trial`` (already on the board at ``epoch``) goes on.
+        """Decide whether ``trial`` (already on the board at ``epoch``) goes on, pauses or
+        stops.
 
         Args:
             board: Every curve so far.
@@ -211,38 +338,76 @@ class CostAwarePolicy:
         if epoch < max(2, self.min_epochs) or (
                 self.max_epochs - epoch <= FINISH_SHARE * self.max_epochs):
             return CONTINUE
-        own = board.ranked_score(trial, epoch)
-        if own is None:
+        if board.ranked_score(trial, epoch) is None:
             return CONTINUE
         predicted = self._predict(board, trial, epoch)
-        guard = self._guard(board, trial, epoch, predicted)
+        interval = self.interval(board, trial, epoch)
+        guard = self._guard(board, trial, epoch, predicted, interval)
         if guard is not None:
             return guard
-        scores = [s for t in board.scores
-                  if t != trial and (s := board.ranked_score(t, epoch)) is not None]
-        behind = sum(1 for t, at in board.stopped_at.items() if at < epoch and t != trial)
-        n = len(scores) + behind + 1
+        cut = self.cut(board, trial, epoch, self._cost_ratio(cost_rate, peer_cost_rates))
+        if cut is None or cut.keeps:
+            return CONTINUE
+        note = (f" x{cut.factor:.2f}: its epochs cost {cut.ratio:.2f}x the median"
+                if cut.ratio else "")
+        why = (f"rank {cut.rank}/{cut.n} at epoch {epoch}/{self.max_epochs}; keeps the top "
+               f"{cut.kept} ({cut.share:.0%}{note})")
+        incumbent = board.incumbent()
+        sign = board.sign()
+        metric_interval = self._interval_to_metric(board, interval)
+        if interval is None or incumbent is None or interval[1] >= incumbent:
+            if interval is None or incumbent is None:
+                unsure = "too few finished trials to predict it"
+            else:
+                unsure = (f"its 80% interval ({_fmt_interval(metric_interval)}) reaches the "
+                          f"best finished trial ({sign * incumbent:.4g})")
+            return Verdict(Decision.PAUSE, f"{why}; paused: {unsure}",
+                           self._to_metric(board, predicted), metric_interval)
+        return Verdict(
+            Decision.STOP,
+            f"{why}; its 80% interval ({_fmt_interval(metric_interval)}) ends short of the "
+            f"best finished trial ({sign * incumbent:.4g})",
+            self._to_metric(board, predicted), metric_interval)
+
+    # -- parts --------------------------------------------------------------------------
+
+    def _ranked(self, board: Board, epoch: int) -> tuple[list[float], float, int]:
+        """Sorted ranked scores at ``epoch``, the best raw score there, and how many
+        trials were stopped before it (cached for one board version)."""
+        key = (board.version, epoch)
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) > 256:
+                self._cache.clear()
+            cap = BONUS_CAP * board.spread(epoch)  # Board.ranked_score, spread hoisted
+            scores, slope = board.scores, board.slope
+            ranked = sorted(scores[t][epoch] + min(IMPROVEMENT_BONUS * slope(t, epoch), cap)
+                            for t in board.trials_at[epoch])
+            behind = sum(1 for at in board.stopped_at.values() if at < epoch)
+            hit = self._cache[key] = (ranked, board.at_epoch[epoch][-1], behind)
+        return hit
+
+    def cut(self, board: Board, trial: int, epoch: int,
+            ratio: float | None = None) -> Cut | None:
+        """Where ``trial`` stands in the rank cut at ``epoch`` now (None: too few peers
+        to judge, or no score there). ``ratio`` is its epoch cost over its peers'."""
+        own = board.ranked_score(trial, epoch)
+        if own is None:
+            return None
+        ranked, best_raw, behind = self._ranked(board, epoch)
+        stopped = board.stopped_at.get(trial)
+        if stopped is not None and stopped < epoch:
+            behind -= 1  # never behind itself
+        n = len(ranked) + behind
         if n < MIN_PEERS:
-            return CONTINUE
-        rank = 1 + sum(1 for s in scores if s > own)
-        if rank == 1:
-            return CONTINUE
+            return None
+        rank = 1 + len(ranked) - bisect.bisect_right(ranked, own)
+        leader = rank == 1 or board.scores[trial][epoch] >= best_raw
         share = keep_fraction(epoch, self.max_epochs, self.aggressiveness)
-        ratio = self._cost_ratio(cost_rate, peer_cost_rates)
         ramp = min(1.0, max(0.0, (epoch - 2) / max(1, COST_FULL_FROM - 2)))
         factor = cost_factor(ratio) ** ramp
         kept = max(1, math.ceil(min(1.0, share * factor) * n))
-        if rank <= kept:
-            return CONTINUE
-        note = f" x{factor:.2f}: its epochs cost {ratio:.2f}x the median" if ratio else ""
-        return Verdict(
-            Decision.STOP,
-            f"rank {rank}/{n} at epoch {epoch}/{self.max_epochs}; keeps the top {kept} "
-            f"({share:.0%}{note})",
-            self._to_metric(board, predicted),
-        )
-
-    # -- parts --------------------------------------------------------------------------
+        return Cut(rank, n, kept, share, factor, ratio, leader)
 
     @staticmethod
     def _cost_ratio(cost_rate: float | None, peers: list[float] | None) -> float | None:
@@ -252,28 +417,43 @@ class CostAwarePolicy:
             return None
         return cost_rate / statistics.median(peers)
 
-    def _gains(self, board: Board, epoch: int) -> list[float]:
-        """How much finished trials gained from ``epoch`` to their end (score units)."""
-        gains = []
-        for t in board.finished:
-            curve = board.scores.get(t, {})
-            if epoch in curve:
-                gains.append(curve[max(curve)] - curve[epoch])
-        return gains
-
     def _predict(self, board: Board, trial: int, epoch: int) -> float:
         """Expected final score: now plus what finished trials typically gained from here."""
         now = board.scores[trial][epoch]
-        gains = self._gains(board, epoch)
+        gains = board.gains(epoch)
         return now + (statistics.median(gains) if gains else 0.0)
 
-    def _guard(self, board: Board, trial: int, epoch: int, predicted: float) -> Verdict | None:
+    def interval(self, board: Board, trial: int, epoch: int) -> tuple[float, float] | None:
+        """The 80% interval of ``trial``'s final score (score units): its score at
+        ``epoch`` plus the INTERVAL percentiles of the finished trials' gains from that
+        epoch; None with fewer than MIN_FINISHED of them."""
+        gains = board.gains(epoch)
+        if len(gains) < MIN_FINISHED or epoch not in board.scores.get(trial, {}):
+            return None
+        now = board.scores[trial][epoch]
+        return now + _quantile(gains, INTERVAL[0]), now + _quantile(gains, INTERVAL[1])
+
+    def expected_improvement(self, board: Board, trial: int, epoch: int) -> float | None:
+        """Mean gain over the incumbent of ``trial``'s final, over the finished trials'
+        gains from ``epoch``, in spreads of the scores at that epoch (unit-free); None
+        without an incumbent or MIN_FINISHED gains."""
+        incumbent, gains = board.incumbent(), board.gains(epoch)
+        if incumbent is None or len(gains) < MIN_FINISHED:
+            return None
+        now = board.scores[trial][epoch]
+        mean = sum(max(0.0, now + g - incumbent) for g in gains) / len(gains)
+        spread = board.spread(epoch)
+        return mean / spread if spread > 0 else mean
+
+    def _guard(self, board: Board, trial: int, epoch: int, predicted: float,
+               interval: tuple[float, float] | None) -> Verdict | None:
         """Stop a trial that cannot reach the incumbent even on an optimistic path.
 
         Optimistic: from the best value the trial has shown so far (curves dip mid-run
         and recover), plus the larger of the largest recovery a finished curve made after
         this epoch (its final minus its lowest value from here) and the trial's own
-        recent slope continued to the last epoch, times GUARD_OPTIMISM.
+        recent slope continued to the last epoch, times GUARD_OPTIMISM. All of it in
+        score differences: invariant to the metric's scale and direction.
         """
         incumbent = board.incumbent()
         finished = [board.scores[t] for t in board.finished if epoch in board.scores.get(t, {})]
@@ -292,12 +472,35 @@ class CostAwarePolicy:
             Decision.STOP,
             f"cannot reach the best finished trial ({sign * incumbent:.4g}): even an "
             f"optimistic path ends at {sign * optimistic:.4g} (epoch {epoch}/{self.max_epochs})",
-            self._to_metric(board, predicted),
-        )
+            self._to_metric(board, predicted), self._interval_to_metric(board, interval))
 
     @staticmethod
     def _to_metric(board: Board, score: float) -> float:
         return board.sign() * score
+
+    @staticmethod
+    def _interval_to_metric(board: Board, interval: tuple[float, float] | None
+                            ) -> tuple[float, float] | None:
+        """A score interval in the metric's units, low end first."""
+        if interval is None:
+            return None
+        a, b = board.sign() * interval[0], board.sign() * interval[1]
+        return (min(a, b), max(a, b))
+
+
+def _fmt_interval(interval: tuple[float, float] | None) -> str:
+    return "-" if interval is None else f"{interval[0]:.4g} to {interval[1]:.4g}"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One prediction the policy acted on: ``trial``'s final metric, predicted after
+    ``epoch`` to lie in ``[low, high]`` (80%), in the metric's units."""
+
+    trial: int
+    epoch: int
+    low: float
+    high: float
 
 
 class CostAwarePruner:
@@ -308,7 +511,8 @@ class CostAwarePruner:
 
     Args:
         policy: The decision rule.
-        accountant: The run's money; its measured epoch times give the cost rates.
+        accountant: The run's money; its measured epoch times x node prices give the
+            cost rates.
     """
 
     name = "cost_aware"
@@ -317,28 +521,54 @@ class CostAwarePruner:
         self.policy = policy
         self.accountant = accountant
         self.board = Board(mode=policy.mode)
+        #: The predictions behind every pause and stop, for measuring calibration.
+        self.predictions: list[Prediction] = []
+        #: Trials paused (and not resumed since): the epoch they paused after, and how
+        #: many trials had a score there then (a resume needs new evidence at it).
+        self.paused: dict[int, tuple[int, int]] = {}
+        #: Epoch costs by trial, with the epochs on the board they were measured at: a
+        #: trial's cost changes when it reports (a new epoch time, or a new node).
+        self._costs: dict[int, tuple[int, float | None]] = {}
 
     def restore(self, histories: "Sequence[TrialHistory]") -> None:
-        """Put an earlier session's curves back on the board."""
+        """Put an earlier session's curves back on the board (paused trials stay
+        paused, behind their peers)."""
         for history in histories:
             for epoch, value in sorted(history.values.items()):
                 self.board.add(history.number, epoch, value)
             if history.state.finished:
                 self.on_end(history.number, history.last_epoch, history.state)
+            elif history.state is TrialState.PAUSED:
+                self.board.stop(history.number, history.last_epoch)
+                self.paused[history.number] = (history.last_epoch, 0)
 
     def on_start(self, trial: int) -> None:
-        pass
+        self.board.resume(trial)
+        self.paused.pop(trial, None)
+
+    def _cost(self, trial: int) -> float | None:
+        seen = len(self.board.scores.get(trial, ()))
+        cached = self._costs.get(trial)
+        if cached is None or cached[0] != seen:
+            cached = self._costs[trial] = (seen, self.accountant.epoch_cost(trial))
+        return cached[1]
+
+    def _peer_costs(self, trial: int | None = None) -> list[float]:
+        return [c for t in self.accountant.timing.trials if t != trial
+                and (c := self._cost(t)) is not None]
 
     def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
         """Record ``trial``'s value after ``epoch`` and decide (the core fed the
         accountant first)."""
         self.board.add(trial, epoch, value)
-        peers = [c for t in self.accountant.timing.trials if t != trial
-                 and (c := self.accountant.epoch_cost(t)) is not None]
-        verdict = self.policy.decide(self.board, trial, epoch,
-                                     self.accountant.epoch_cost(trial), peers)
-        if verdict.decision is Decision.STOP:
+        verdict = self.policy.decide(self.board, trial, epoch, self._cost(trial),
+                                     self._peer_costs(trial))
+        if verdict.decision in (Decision.STOP, Decision.PAUSE):
             self.board.stop(trial, epoch)
+            if verdict.predicted_interval is not None:
+                self.predictions.append(Prediction(trial, epoch, *verdict.predicted_interval))
+        if verdict.decision is Decision.PAUSE:
+            self.paused[trial] = (epoch, len(self.board.trials_at.get(epoch, ())))
         return verdict
 
     def on_end(self, trial: int, epoch: int, state: "TrialState") -> None:
@@ -347,10 +577,46 @@ class CostAwarePruner:
         (preempted, retried, paused) stays as it is."""
         if state.waiting:
             return
+        self.paused.pop(trial, None)
         if epoch >= self.policy.max_epochs:
             self.board.finish(trial)
         elif trial not in self.board.stopped_at:
             self.board.stop(trial, epoch)
 
     def pick_resume(self, waiting: "Sequence[int]") -> int | None:
-        return None
+        """The paused trial worth a free worker now, or None.
+
+        A paused trial qualifies when trials have reached the epoch it paused after since
+        it paused, and it now ranks within the kept share there (they did worse: the
+        evidence changed) and the 80% interval of its final still reaches the incumbent. Of those,
+        the one with the best expected improvement over the incumbent per unit of its
+        epoch's cost (measured epoch time x its node's price); before any trial finished,
+        the best ranked per unit of cost.
+        """
+        board, policy = self.board, self.policy
+        incumbent = board.incumbent()
+        best: tuple | None = None
+        for trial in waiting:
+            paused = self.paused.get(trial)
+            if paused is None:
+                continue
+            epoch, seen = paused
+            if len(board.trials_at.get(epoch, ())) <= seen:
+                continue  # nothing new at its epoch: the evidence that paused it holds
+            # Its epoch cost against its peers', as when it was paused.
+            ratio = policy._cost_ratio(self._cost(trial), self._peer_costs(trial))
+            cut = policy.cut(board, trial, epoch, ratio)
+            if cut is None or not cut.keeps:
+                continue
+            interval = policy.interval(board, trial, epoch)
+            if interval is not None and incumbent is not None and interval[1] < incumbent:
+                continue
+            gain = policy.expected_improvement(board, trial, epoch)
+            per_cost = 1.0 / ratio if ratio else 1.0
+            # Expected improvement per cost where it can be predicted, else rank per cost;
+            # ties go to the lower trial number (deterministic).
+            key = (gain is not None, (gain if gain is not None else 1.0 / cut.rank) * per_cost,
+                   -trial)
+            if best is None or key > best[0]:
+                best = (key, trial)
+        return None if best is None else best[1]

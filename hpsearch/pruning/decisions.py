@@ -45,11 +45,14 @@ class Verdict:
         decision: CONTINUE, STOP or PAUSE.
         reason: Why, in one sentence (empty for CONTINUE).
         predicted_final: The metric the trial was expected to end at (metric units).
+        predicted_interval: ``(low, high)``: where its final metric was expected to lie
+            (an 80% interval, metric units, low first), if the policy predicts one.
     """
 
     decision: Decision
     reason: str = ""
     predicted_final: float | None = None
+    predicted_interval: tuple[float, float] | None = None
 
 
 #: The verdict that lets a trial go on.

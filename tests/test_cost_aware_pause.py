@@ -1,0 +1,252 @@
+"""The cost-aware policy's invariance, pauses and resumes (issue 14), on hand-made curves
+and synthetic pools driven through the simulator's search core.
+
+Pure: no Ray, torch, Lightning or Optuna.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks import lcbench
+from hpsearch.core.lifecycle import TrialState
+from hpsearch.core.ports import TrialHistory
+from hpsearch.pruning import cost_aware
+from hpsearch.pruning.cost_aware import Board, CostAwarePolicy, CostAwarePruner
+from hpsearch.pruning.decisions import Decision
+from hpsearch.simulate import Curve, simulate
+
+
+def pruner_factory(mode: str, max_epochs: int, aggressiveness: float = 1.0):
+    def make(accountant):
+        return CostAwarePruner(CostAwarePolicy(mode, max_epochs,
+                                               aggressiveness=aggressiveness), accountant)
+    return make
+
+
+def decisions(result) -> list[tuple[int, int, Decision]]:
+    return [(trial, epoch, d) for _, trial, epoch, _, d in result.reports]
+
+
+def run(curves: list[Curve], mode: str = "max", workers: int = 4, order=None,
+        aggressiveness: float = 1.0):
+    epochs = max(c.epochs for c in curves)
+    order = list(range(len(curves))) if order is None else order
+    return simulate(curves, order, workers, pruner_factory(mode, epochs, aggressiveness))
+
+
+def transformed(pool: lcbench.Pool, f) -> list[Curve]:
+    return [Curve(tuple(f(v) for v in c.values), c.cum_time_s) for c in pool.curves]
+
+
+def seeded_order(n: int, seed: int) -> list[int]:
+    return [int(i) for i in np.random.default_rng([seed, 1]).permutation(n)]
+
+
+# ---------------------------------------------------------------------------------------
+# Invariance to the metric's units and direction
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decisions_do_not_change_when_the_metric_is_scaled_or_negated(seed):
+    pool = lcbench.synthetic_pool(60, seed=seed)
+    order = seeded_order(60, seed)
+    base = run(pool.curves, "max", order=order)
+    assert any(d is Decision.PAUSE for _, _, d in decisions(base))  # the test means something
+    assert any(d is Decision.STOP for _, _, d in decisions(base))
+    percent = run(transformed(pool, lambda v: v * 100), "max", order=order)
+    assert decisions(percent) == decisions(base)
+    fraction = run(transformed(pool, lambda v: v / 100), "max", order=order)
+    assert decisions(fraction) == decisions(base)
+    negated = run(transformed(pool, lambda v: -v), "min", order=order)
+    assert decisions(negated) == decisions(base)
+    # A shift (an error rate, 100 - accuracy, minimised) changes nothing either.
+    error = run(transformed(pool, lambda v: 100 - v), "min", order=order)
+    assert decisions(error) == decisions(base)
+    assert base.completed == negated.completed == percent.completed
+
+
+def test_predictions_are_reported_in_the_metric_units():
+    pool = lcbench.synthetic_pool(60, seed=0)
+    order = seeded_order(60, 0)
+    base = run(pool.curves, "max", order=order)
+    scaled = run(transformed(pool, lambda v: -10 * v), "min", order=order)
+    a, b = base.core.policy.predictions, scaled.core.policy.predictions
+    assert a and len(a) == len(b)
+    for p, q in zip(a, b):
+        assert (p.trial, p.epoch) == (q.trial, q.epoch)
+        assert q.low == pytest.approx(-10 * p.high) and q.high == pytest.approx(-10 * p.low)
+        assert p.low <= p.high
+
+
+# ---------------------------------------------------------------------------------------
+# The leader on a loss metric
+
+
+def test_the_leader_on_a_loss_is_never_stopped():
+    # val_loss, mode min, epoch 2 of 6: the converged leader at 0.13 against falling
+    # losses of 0.65-2.24 (the raw slope bonus ranked it 4th of 4).
+    b = Board(mode="min")
+    for trial, curve in {0: [0.15, 0.13], 1: [2.9, 2.24], 2: [2.5, 0.65], 3: [3.0, 1.2]}.items():
+        for epoch, value in enumerate(curve, start=1):
+            b.add(trial, epoch, value)
+    pol = CostAwarePolicy("min", max_epochs=6)
+    assert pol.decide(b, 0, 2).decision is Decision.CONTINUE
+    # Even when it is the most expensive by far, and with the deepest cut.
+    harsh = CostAwarePolicy("min", max_epochs=6, aggressiveness=4)
+    assert harsh.decide(b, 0, 2, cost_rate=100.0,
+                        peer_cost_rates=[1.0, 1.0, 1.0]).decision is Decision.CONTINUE
+    # The capped bonus keeps the steepest faller behind it.
+    assert b.ranked_score(2, 2) < b.ranked_score(0, 2)
+
+
+def test_a_converged_loss_leader_trains_to_the_end():
+    leader = Curve((0.15, 0.13, 0.13, 0.12, 0.12, 0.12), tuple(float(e) for e in range(1, 7)))
+    fallers = [Curve(tuple(s * f for f in (1.0, 0.3, 0.25, 0.22, 0.21, 0.2)),
+                     tuple(float(e) for e in range(1, 7))) for s in (2.9, 2.5, 3.0, 4.0, 3.5)]
+    result = run([leader, *fallers], "min", workers=6)
+    assert 0 in result.completed
+    assert all(trial != 0 or d is Decision.CONTINUE for trial, _, d in decisions(result))
+
+
+# ---------------------------------------------------------------------------------------
+# Money decides how sure the policy must be
+
+
+def _hopeless_board() -> Board:
+    """Four finished trials (the incumbent at 0.90) that gained 0-0.10 after epoch 10;
+    twenty running trials at epoch 10, trial 100+i at 0.80 - 0.002 i."""
+    b = Board()
+    finished = {1: 0.90, 2: 0.88, 3: 0.86, 4: 0.85}
+    gains = {1: 0.10, 2: 0.02, 3: 0.01, 4: 0.0}
+    for t, final in finished.items():
+        for e in range(1, 53):
+            b.add(t, e, final - gains[t] if e <= 10 else final)
+        b.finish(t)
+    for i in range(20):
+        for e in range(1, 11):
+            b.add(100 + i, e, 0.80 - 0.002 * i)
+    return b
+
+
+def test_a_hopeless_expensive_trial_stops_before_a_cheap_one():
+    b = _hopeless_board()
+    pol = CostAwarePolicy("max", 52)
+    peers = [1.0] * 23
+    # 24 trials at epoch 10 (the finished ones' epoch-10 values count) keep the top 4
+    # (0.2 ** 1.225 = 14%); trial 101 ranks 6th: 4x as cheap keeps the top 7, 4x as
+    # dear the top 2.
+    cheap = pol.decide(b, 101, 10, cost_rate=0.25, peer_cost_rates=peers)
+    dear = pol.decide(b, 101, 10, cost_rate=4.0, peer_cost_rates=peers)
+    assert cheap.decision is Decision.CONTINUE  # 4x as cheap: the share doubles
+    assert dear.decision is Decision.STOP  # its interval ends short of the incumbent
+    assert "80% interval" in dear.reason and "x0.50" in dear.reason
+    low, high = dear.predicted_interval
+    assert low <= dear.predicted_final <= high < b.incumbent()
+
+
+def test_a_cut_trial_whose_interval_reaches_the_incumbent_is_paused():
+    b = _hopeless_board()
+    # Trial 101 (0.798 at epoch 10) is cut when it is dear; with the finished trials'
+    # late gains as they are, its interval ends short of the incumbent: stopped. Where
+    # finished trials gained more from epoch 10, the same cut is a pause.
+    pol = CostAwarePolicy("max", 52, aggressiveness=3)
+    b2 = _hopeless_board()
+    for e in range(1, 11):
+        b2.add(200, e, 0.86 if e == 10 else 0.795)
+    verdict = pol.decide(b2, 200, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 24)
+    assert verdict.decision is Decision.CONTINUE  # it leads the running trials
+    verdict = pol.decide(b2, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 24)
+    assert verdict.decision is Decision.STOP
+    # Raise the late gains: the same trial's interval now reaches the incumbent.
+    for t in (2, 3):
+        b2.scores[t][10] = b2.scores[t][52] - 0.2
+    verdict = pol.decide(b2, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 24)
+    assert verdict.decision is Decision.PAUSE
+    assert "reaches the best finished trial" in verdict.reason
+
+
+def test_with_too_few_finished_trials_a_cut_is_a_pause():
+    b = Board()
+    for i in range(10):
+        for e in range(1, 6):
+            b.add(i, e, 0.9 - 0.05 * i)
+    verdict = CostAwarePolicy("max", 52).decide(b, 9, 5)
+    assert verdict.decision is Decision.PAUSE
+    assert "too few finished trials" in verdict.reason
+    assert verdict.predicted_interval is None
+
+
+# ---------------------------------------------------------------------------------------
+# A slow starter is paused, not stopped, and resumed
+
+
+def slow_starter_pool() -> list[Curve]:
+    """Trial 0 starts behind three fast trials and overtakes them by epoch 6; trials
+    4-11 are poor from the start. Every epoch takes 1 s; 20 epochs."""
+    epochs = 20
+    time = tuple(float(e) for e in range(1, epochs + 1))
+    slow = [min(0.95, 0.30 + 0.12 * (e - 1)) if e > 1 else 0.30 for e in range(1, epochs + 1)]
+    slow[1] = 0.35
+    fast = [[min(0.80 - 0.01 * k, 0.6 + 0.05 * (e - 1)) for e in range(1, epochs + 1)]
+            for k in range(3)]
+    poor = [[0.2 + 0.005 * k] * epochs for k in range(8)]
+    return [Curve(tuple(c), time) for c in (slow, *fast, *poor)]
+
+
+def test_a_slow_starter_that_overtakes_is_paused_then_resumed_and_wins():
+    curves = slow_starter_pool()
+    # The fast trials first, then the slow starter, then the poor ones.
+    result = run(curves, "max", workers=4, order=[1, 2, 3, 0, *range(4, 12)])
+    mine = [(e, d) for t, e, d in decisions(result) if t == 0 and d is not Decision.CONTINUE]
+    assert mine and mine[0] == (2, Decision.PAUSE), mine  # cut at epoch 2, paused
+    assert all(d is not Decision.STOP for _, d in mine)
+    assert [t for _, t in result.starts].count(0) >= 2  # resumed
+    assert 0 in result.completed
+    segments = [(s.first_epoch, s.last_epoch) for s in result.segments if s.trial == 0]
+    assert segments[0] == (1, 2) and segments[-1][1] == 20
+    best = max(result.completed, key=lambda t: curves[t].values[-1])
+    assert best == 0
+
+
+def test_paused_trials_resume_only_when_they_rank_within_the_share():
+    # Without the poor trials nothing arrives to change the evidence at epoch 2: the slow
+    # starter stays paused and is PRUNED when the search ends.
+    curves = slow_starter_pool()[:4]
+    curves += [Curve(c.values, c.cum_time_s) for c in slow_starter_pool()[1:4]]
+    result = run(curves, "max", workers=4, order=[1, 2, 3, 0, 4, 5, 6])
+    assert (0, 2, Decision.PAUSE) in decisions(result)
+    assert [t for _, t in result.starts].count(0) == 1
+    assert result.core.record(0).state is TrialState.PRUNED
+
+
+def test_a_restored_paused_trial_stays_paused_and_can_resume():
+    made = simulate([], [], 1, pruner_factory("max", 20)).core.policy
+    histories = [TrialHistory(t, TrialState.PRUNED, {1: 0.2, 2: 0.2}) for t in range(4, 10)]
+    histories += [TrialHistory(t, TrialState.RUNNING, {1: 0.6, 2: 0.65}) for t in (1, 2, 3)]
+    histories.append(TrialHistory(0, TrialState.PAUSED, {1: 0.30, 2: 0.35}))
+    made.restore(histories)
+    assert made.board.stopped_at[0] == 2
+    # Among ten at epoch 2 it ranks 4th, within the 63% kept: worth resuming.
+    assert made.pick_resume([0]) == 0
+    assert made.pick_resume([5]) is None  # not paused by this policy
+    made.on_start(0)
+    assert 0 not in made.board.stopped_at and made.pick_resume([0]) is None
+
+
+# ---------------------------------------------------------------------------------------
+# Benchmark-sized runs: pauses and resumes happen, on both objectives
+
+
+@pytest.mark.parametrize("objective", ["acc", "loss"])
+def test_cost_aware_pauses_and_resumes_on_a_synthetic_pool(objective):
+    pool = lcbench.synthetic_pool(80, seed=4, objective=lcbench.OBJECTIVES[objective])
+    result = run(pool.curves, pool.objective.mode, order=seeded_order(80, 4))
+    kinds = {d for _, _, d in decisions(result)}
+    assert Decision.PAUSE in kinds
+    starts = [t for _, t in result.starts]
+    assert len(starts) > len(set(starts))  # some paused trial resumed
+    assert result.completed
+    assert len(result.completed) < 80
+    assert cost_aware.BONUS_CAP > 0
