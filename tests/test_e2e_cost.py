@@ -96,9 +96,12 @@ def test_a_local_run_bills_this_machine_for_the_run(ray_cluster, in_tmp):
 
 def test_budget_cap_stops_cleanly_and_a_larger_budget_resumes_the_stopped_trials_first(
         ray_cluster, in_tmp):
-    # Six trials of 40 epochs cost far more than 12 s of the machine: the cap is hit
-    # whatever the speed.
-    cfg = spec(**{"name": "budget", "max_epochs": 40, "pricing": PRICE,
+    # Each trial trains at least 30 x 0.5 s: two at a time, at 0.5 USD/s each, pass the
+    # 12 USD cap while both still run, however fast the machine (the cap must stop
+    # running trials, not only close admission).
+    epochs = 30
+    cfg = spec(**{"name": "budget", "max_epochs": epochs, "pricing": PRICE,
+                  "trainable": "tests.fault_trainables:slow", "space.sleep_s": 0.5,
                   "search.n_trials": 6, "search.concurrency": 2,
                   "budget.max_cost": 12.0})
     lines: list[str] = []
@@ -152,7 +155,7 @@ def test_budget_cap_stops_cleanly_and_a_larger_budget_resumes_the_stopped_trials
         resumed = trials[t.number]
         assert resumed.user_attrs["resumed_from_epochs"][-1] == \
             max(t.intermediate_values)
-        assert sorted(resumed.intermediate_values) == list(range(1, 41))
+        assert sorted(resumed.intermediate_values) == list(range(1, epochs + 1))
     billed = defaultdict(int)
     for event in ledger_events(second.run_dir):
         if event["event"] == "open":

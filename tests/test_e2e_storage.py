@@ -259,7 +259,9 @@ def test_a_spot_cluster_without_a_shared_disk_resumes_from_the_object_store(
     assert sorted(trial.intermediate_values) == list(range(1, MAX_EPOCHS + 1))
     assert trial.intermediate_values == clean.intermediate_values
     assert trial.value == clean.value
-    assert attrs["checkpoints"] >= MAX_EPOCHS and attrs["checkpoint_bytes"] > 0
+    # One per epoch; the killed attempt's last one may be written after the last
+    # result that reached the driver (which carries the count).
+    assert attrs["checkpoints"] >= MAX_EPOCHS - 1 and attrs["checkpoint_bytes"] > 0
     assert attrs["checkpoint_writes"] > attrs["checkpoints"]
     # The checkpoints are on S3, none on the driver's disk.
     objects = result["objects"]
@@ -308,7 +310,10 @@ with S3Server() as s3:
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
     joined, lines, outcome = {}, [], {}
+    # Slowed to 0.5 s an epoch: the search outlasts the new node's probe (its worker
+    # starting, a refused connection) on a fast machine too.
     cfg = spec(**{"name": "joins", "max_epochs": 12, "search.n_trials": 3,
+                  "trainable": "tests.fault_trainables:slow", "space.sleep_s": 0.5,
                   "search.concurrency": 2, "checkpoint.storage": "s3://ckpt/joins"})
 
     def run():

@@ -31,7 +31,10 @@ def _subclasses(cls: type) -> list[type]:
 
 def every_error_class() -> list[type]:
     _import_everything()
-    classes = [HpsearchError, *_subclasses(HpsearchError)]
+    # Ours only: Ray derives classes from an error a task raised
+    # (``RayTaskError(TrialOutOfMemory)``, made at run time in ray.exceptions).
+    classes = [c for c in (HpsearchError, *_subclasses(HpsearchError))
+               if c.__module__.startswith("hpsearch")]
     return sorted(set(classes), key=lambda c: f"{c.__module__}.{c.__qualname__}")
 
 
