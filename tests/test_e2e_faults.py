@@ -99,14 +99,14 @@ def mid_run(lines: list[str]) -> bool:
     return "| 2 running |" in lines[-1] and bool(shown) and float(shown[-1]) > 0
 
 
-#: Epochs of the stopped runs: long enough (2 s each, slowed) to be stopped mid-trial.
-EPOCHS = 8
+#: Epochs of the stopped runs: long enough (1.5 s each, slowed) to be stopped mid-trial.
+EPOCHS = 6
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigterm", "sigint_twice"])
 def test_a_stopped_driver_resumes_without_losing_money(in_tmp, how):
     name = f"stop-{how}"
-    driver = start(in_tmp, space(name, epochs=EPOCHS, sleep_s=2.0))
+    driver = start(in_tmp, space(name, epochs=EPOCHS, sleep_s=1.5))
     checkpoints = in_tmp / "run" / "checkpoints"
 
     def ready(lines):  # both first trials have a checkpoint, neither is done
