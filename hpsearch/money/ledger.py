@@ -814,14 +814,7 @@ def repair(path: str | Path, clock=time.time) -> Repair:
             check = dict(event)
             if (damaged and check.get("event") in _TRIAL_EVENTS
                     and "trial" in check and not probe.is_open(int(check["trial"]))):
-                synth = _lost_open(probe, int(check["trial"]),
-                                   gap_time if gap_time is not None else _event_time(check))
-                if synth is None:
-                    result.unpriced.append(int(check["trial"]))
-                else:
-                    probe._replay_event(dict(synth))
-                    kept.append(json.dumps(synth, sort_keys=True).encode())
-                    result.booked.append((int(check["trial"]), float(synth["start_s"])))
+                _book_lost_open(probe, check, gap_time, kept, result)
             probe._replay_event(check)
         except (CurrencyError, LedgerTooNew):
             raise
@@ -840,8 +833,28 @@ def repair(path: str | Path, clock=time.time) -> Repair:
         if t is not None:
             last_time = t if last_time is None else max(last_time, t)
     result.still_open = sorted(probe.open_trials())
-    if not result.dropped:
-        return result
+    if result.dropped:
+        result.backup = _replace_keeping_backup(path, kept, clock)
+    return result
+
+
+def _book_lost_open(probe: Ledger, event: dict, gap_time: float | None, kept: list[bytes],
+                    result: Repair) -> None:
+    """``event`` names a trial with no open interval after the damage: its ``open`` was
+    lost; book one from the last valid time before the damage (see :func:`repair`)."""
+    trial = int(event["trial"])
+    synth = _lost_open(probe, trial, gap_time if gap_time is not None else _event_time(event))
+    if synth is None:
+        result.unpriced.append(trial)
+        return
+    probe._replay_event(dict(synth))
+    kept.append(json.dumps(synth, sort_keys=True).encode())
+    result.booked.append((trial, float(synth["start_s"])))
+
+
+def _replace_keeping_backup(path: Path, kept: list[bytes], clock) -> Path:
+    """Write ``kept`` over ``path`` atomically; the original stays as the returned
+    ``<name>.corrupt-<time>`` beside it."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(clock()))
     backup = path.with_name(f"{path.name}.corrupt-{stamp}")
     k = 1
@@ -858,8 +871,7 @@ def repair(path: str | Path, clock=time.time) -> Repair:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    result.backup = backup
-    return result
+    return backup
 
 
 def _lost_open(probe: Ledger, trial: int, start_s: float | None) -> dict | None:

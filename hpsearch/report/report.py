@@ -145,6 +145,20 @@ def _time(text: str | None) -> datetime | None:
 
 # -- per trial -------------------------------------------------------------------------
 
+def _final_and_best(record: Mapping[str, Any], steps: Mapping[int, float | None],
+                    mode: str) -> tuple[float | None, float | None]:
+    """``(final value, best value)`` of a trial (see :func:`trial_row`)."""
+    value = _finite(record.get("value"))
+    if value is None and steps:
+        value = steps[max(steps)]
+    best = None
+    for v in [v for _, v in sorted(steps.items()) if v is not None] + (
+            [value] if value is not None else []):
+        if best is None or better(v, best, mode):
+            best = v
+    return value, best
+
+
 def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """One trial's row of the report.
 
@@ -157,15 +171,7 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
     _check_mode(mode)
     attrs = record.get("user_attrs") or {}
     steps = {int(k): _finite(v) for k, v in (record.get("intermediate") or {}).items()}
-    reported = [v for _, v in sorted(steps.items()) if v is not None]
-    value = _finite(record.get("value"))
-    if value is None and steps:
-        value = steps[max(steps)]
-    candidates = reported + ([value] if value is not None else [])
-    best = None
-    for v in candidates:
-        if best is None or better(v, best, mode):
-            best = v
+    value, best = _final_and_best(record, steps, mode)
     epochs = attrs.get(keys.ATTR_EPOCHS)
     if not isinstance(epochs, int) or isinstance(epochs, bool):
         epochs = max(steps) if steps else 0

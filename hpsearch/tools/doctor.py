@@ -565,6 +565,29 @@ def _storage_write_error(url: str) -> str | None:
     return None
 
 
+def _load_space(space: str | Path, overrides: Sequence[str],
+                checks: list[Check]) -> tuple[Any, Any]:
+    """``(config, catalog)`` of ``space`` (None for what does not load), its check
+    appended to ``checks``; the pricing check reports a catalogue that does not load."""
+    from hpsearch.errors import ConfigError
+    from hpsearch.money import catalog as catalog_mod
+    from hpsearch.spec import config as config_mod
+
+    try:
+        config = config_mod.load(space, list(overrides))
+    except ConfigError as exc:
+        checks.append(Check("space.yaml", FAIL, str(exc),
+                            "fix the file; `python -m hpsearch validate SPACE.yaml` "
+                            "checks it alone"))
+        return None, None
+    checks.append(Check("space.yaml", OK, f"{space}: {config.name}, "
+                                          f"{len(config.space)} parameter(s)"))
+    try:
+        return config, catalog_mod.load(config.pricing.catalog)
+    except ConfigError:
+        return config, None
+
+
 def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
              run_dir: str | Path | None = None, address: str | None = None,
              ray_timeout_s: float = RAY_TIMEOUT_S) -> list[Check]:
@@ -595,25 +618,9 @@ def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
 
     config = catalog = None
     if space is not None:
-        from hpsearch.money import catalog as catalog_mod
-        from hpsearch.spec import config as config_mod
-        from hpsearch.errors import ConfigError
-
-        try:
-            config = config_mod.load(space, list(overrides))
-        except ConfigError as exc:
-            checks.append(Check("space.yaml", FAIL, str(exc),
-                                "fix the file; `python -m hpsearch validate SPACE.yaml` "
-                                "checks it alone"))
-        else:
-            checks.append(Check("space.yaml", OK, f"{space}: {config.name}, "
-                                                  f"{len(config.space)} parameter(s)"))
-            try:
-                catalog = catalog_mod.load(config.pricing.catalog)
-            except ConfigError:
-                catalog = None  # the pricing check reports it
-            if address is None:
-                address = config.cluster.address
+        config, catalog = _load_space(space, overrides, checks)
+        if config is not None and address is None:
+            address = config.cluster.address
 
     ckpt_url = ckpt_default = None
     if config is not None:

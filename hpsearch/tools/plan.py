@@ -678,28 +678,13 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
             continue
         if currency is not None and offer.currency != currency:
             continue
-        fraction = gpu if gpu < 1 else 1.0
-        available = (offer.gpu_memory_gb * GIB * fraction * HEADROOM / MIB
-                     if offer.gpu_memory_gb else None)
-        if gpu > offer.gpu_count:
-            too_small.append(PlanRow(offer, False, available, None, None, 0.0, None, None,
-                                     None, f"{offer.gpu_count} GPU(s), a trial needs "
-                                           f"{gpu:g}"))
+        row = _too_small(offer, memory, gpu)
+        if row is not None:
+            too_small.append(row)
             continue
-        if not memory.fits(offer.gpu_memory_gb, fraction):
-            too_small.append(PlanRow(offer, False, available, None, None, 0.0, None, None,
-                                     None, "memory" if offer.gpu_memory_gb
-                                     else "memory unknown"))
-            continue
-        rows.append(_costed(config, offer, probe, available, gpu, n_gpus, trials, epochs,
-                            precision, throughput, node_cpus))
-
-    def order(row: PlanRow) -> tuple:
-        best = row.best
-        return (row.offer.currency != "USD", row.offer.currency,
-                best is None, best[0] if best else 0.0, row.offer.key)
-
-    rows.sort(key=order)
+        rows.append(_costed(config, offer, probe, _usable_mib(offer, gpu), gpu, n_gpus,
+                            trials, epochs, precision, throughput, node_cpus))
+    rows.sort(key=_cheapest_first)
     too_small.sort(key=lambda r: (r.offer.gpu_memory_gb or 0, r.offer.key))
     cpu_row = _cpu_reference(config, catalog, probe, currency, trials, epochs, node_cpus)
     budget = None
@@ -716,6 +701,33 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
         too_small=too_small, cpu_row=cpu_row, currency_filter=currency, budget=budget,
         notes=notes, epochs_given=epochs_given,
     )
+
+
+def _usable_mib(offer: catalog_mod.Offer, gpu: float) -> float | None:
+    """MiB a trial may use of ``offer``'s GPU (its fraction, less the headroom)."""
+    fraction = gpu if gpu < 1 else 1.0
+    return (offer.gpu_memory_gb * GIB * fraction * HEADROOM / MIB
+            if offer.gpu_memory_gb else None)
+
+
+def _too_small(offer: catalog_mod.Offer, memory: Any, gpu: float) -> PlanRow | None:
+    """The row of an offer a trial does not fit (too few GPUs, too little memory), or
+    None when it fits."""
+    available = _usable_mib(offer, gpu)
+    if gpu > offer.gpu_count:
+        why = f"{offer.gpu_count} GPU(s), a trial needs {gpu:g}"
+    elif not memory.fits(offer.gpu_memory_gb, gpu if gpu < 1 else 1.0):
+        why = "memory" if offer.gpu_memory_gb else "memory unknown"
+    else:
+        return None
+    return PlanRow(offer, False, available, None, None, 0.0, None, None, None, why)
+
+
+def _cheapest_first(row: PlanRow) -> tuple:
+    """USD first, then by currency; priced rows cheapest first."""
+    best = row.best
+    return (row.offer.currency != "USD", row.offer.currency,
+            best is None, best[0] if best else 0.0, row.offer.key)
 
 
 # ---------------------------------------------------------------------------------------
