@@ -209,6 +209,12 @@ def from_result(result: Mapping[str, Any]) -> CheckpointUse | None:
     return _read(result, _RESULT_KEYS)
 
 
+def of_usage(usage: Any) -> CheckpointUse:
+    """The :class:`CheckpointUse` of a store's running tally (an object with the same
+    fields, e.g. :class:`hpsearch.recovery.checkpoint.Usage`)."""
+    return CheckpointUse(**{f: getattr(usage, f) for f in _FIELDS})
+
+
 def to_result(use: CheckpointUse) -> dict[str, float]:
     return _write(use, _RESULT_KEYS)
 

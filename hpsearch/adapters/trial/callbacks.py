@@ -285,11 +285,7 @@ class EpochReporter:
         """What this process's checkpoints cost so far (the ``hps_ckpt_*`` keys)."""
         if self.store is None:
             return {}
-        use = self.store.usage()
-        figures = storage_money.to_result(storage_money.CheckpointUse(
-            checkpoints=use.checkpoints, bytes_written=use.bytes_written,
-            seconds=use.seconds, writes=use.writes, reads=use.reads,
-            stored_bytes=use.stored_bytes, byte_s=use.byte_s))
+        figures = storage_money.to_result(storage_money.of_usage(self.store.usage()))
         if self.every is not None:
             figures[keys.CKPT_EVERY] = self.every
         return figures
