@@ -56,14 +56,8 @@ FAKE_HEAD = "f" * 51 + "00000"   # FakeMultiNodeProvider's head node id
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 PORT = 6379
 
-import fcntl, socket, struct
-if [n for _, n in socket.if_nameindex()] != ["lo"]:
-    raise SystemExit("not in a network namespace of loopback only")
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    req = struct.pack("16sH", b"lo", 0)
-    flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, req)[:18])[1]
-    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+from tests.netns import kill_tree, loopback_only_up
+loopback_only_up()
 
 from tests.s3server import S3Server
 
@@ -95,18 +89,6 @@ config = {
 result = {}
 procs = []
 
-def kill_tree(pid):
-    try:
-        root = psutil.Process(pid)
-        tree = [root] + root.children(recursive=True)
-    except psutil.Error:
-        return []
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    return [p.pid for p in tree]
 
 def raylet_of(node_id):
     for p in psutil.process_iter(["name", "cmdline"]):

@@ -322,24 +322,17 @@ def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp, 
 #: Run inside ``unshare -n`` (a network namespace with loopback only): the README's
 #: cluster steps with Ray 2.60's token authentication, two Ray nodes on one machine.
 CLUSTER_SCRIPT = r'''
-import fcntl, json, os, shutil, socket, struct, subprocess, sys, time
+import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 
+from tests.netns import loopback_only_up, started
 from tests.test_e2e_netsec import probe
 
 work = Path(sys.argv[1])
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # `ray`, whatever its script's shebang
 PORT = 6379
 
-interfaces = [name for _, name in socket.if_nameindex()]
-if interfaces != ["lo"]:  # Ray would use the machine's address: stop before it starts
-    raise SystemExit(f"not in a network namespace of loopback only: {interfaces}")
-# Bring up this namespace's loopback (ip link set lo up, without iproute2).
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    request = struct.pack("16sH", b"lo", 0)
-    flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, request)[:18])[1]
-    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+loopback_only_up()  # Ray would use the machine's address outside the namespace
 
 def env_for(home, **extra):
     return dict(os.environ, HOME=str(home), **extra)
@@ -349,14 +342,6 @@ for h in homes.values():
     h.mkdir()
 result = {}
 
-def started(proc, what):
-    # `ray start --block` prints this once the node is up, then blocks.
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "Ray runtime started" in line:
-            return
-    raise SystemExit(f"{what} did not start: " + "".join(lines[-30:]))
 
 # Head: a token (the README's `ray get-auth-token --generate`), then `ray start --head`.
 gen = subprocess.run([*RAY, "get-auth-token", "--generate"], env=env_for(homes["head"]),

@@ -57,8 +57,6 @@ SCRIPT = r'''
 import json, os, shutil, sqlite3, subprocess, sys, time
 from pathlib import Path
 
-import psutil
-
 from tests.s3server import S3Server
 
 work, space_json, refused_json = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -66,14 +64,8 @@ RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 PORT = 6379
 INSTANCE = "hps_instance=aws:p3.2xlarge"
 
-import fcntl, socket, struct
-if [n for _, n in socket.if_nameindex()] != ["lo"]:
-    raise SystemExit("not in a network namespace of loopback only")
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    req = struct.pack("16sH", b"lo", 0)
-    flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, req)[:18])[1]
-    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+from tests.netns import kill_tree, loopback_only_up, started
+loopback_only_up()
 
 runs = work / "runs"          # the run dirs: on the driver's disk only
 runs.mkdir()
@@ -83,25 +75,6 @@ for h in homes.values():
 result = {}
 procs = []
 
-def started(proc, what):
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "Ray runtime started" in line:
-            return
-    raise SystemExit(f"{what} did not start: " + "".join(lines[-40:]))
-
-def kill_tree(proc):
-    try:
-        tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    return [p.pid for p in tree]
 
 with S3Server() as s3:
     # The head detects a dead node within a few seconds.
@@ -177,7 +150,7 @@ with S3Server() as s3:
                 continue
             if epochs >= 3:
                 killed["at_epochs"] = epochs
-                killed["pids"] = kill_tree(workers["spot"])
+                killed["pids"] = kill_tree(workers["spot"].pid)
                 break
         out, err = driver.communicate(timeout=600)
         result["run"] = [driver.returncode, out[-30000:], err[-5000:]]
@@ -185,7 +158,7 @@ with S3Server() as s3:
         result["objects"] = s3.objects()
     finally:
         for proc in reversed(procs):
-            kill_tree(proc)
+            kill_tree(proc.pid)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
