@@ -32,7 +32,11 @@ METRIC = "val_accuracy"
 
 class IEpoch(NoPruning):
     """i-Epoch: every configuration trains ``k`` epochs and pauses; once all have, the
-    ``top`` best by their epoch-``k`` value resume (from their checkpoints), best first."""
+    ``top`` best by their epoch-``k`` value resume (from their checkpoints), best first.
+
+    A preempted trial restarts (:meth:`NoPruning.on_preempted`): before epoch ``k`` it
+    has not been judged yet, after its resume it is one of the best; one preempted as it
+    paused at ``k`` stays paused (the core keeps a decision already taken)."""
 
     def __init__(self, k: int, n_trials: int, top: int, mode: str = "max"):
         self.name = f"i-epoch-{k}"

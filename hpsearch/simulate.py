@@ -9,10 +9,11 @@ epoch times, exactly as it would on a cluster of that many workers, whatever the
 of this machine.
 
 Every decision is the :class:`~hpsearch.core.search.SearchCore`'s, as in a real run: a
-free worker asks it what to start (a preempted trial first, then a paused trial the
-policy resumes, then the next configuration), each epoch end is reported to it and it
-answers CONTINUE, STOP or PAUSE (the budget, then the pruning policy), and it bills
-every attempt in the ledger on the simulated clock. This module only moves the clock.
+free worker asks it what to start (a preempted trial the policy still wants first, then
+a paused trial the policy resumes, then the next configuration), each epoch end is
+reported to it and it answers CONTINUE, STOP or PAUSE (the budget, then the pruning
+policy), and it bills every attempt in the ledger on the simulated clock. This module
+only moves the clock.
 
 Each worker is a node, priced at ``price.per_hour`` with the price's billing terms. By
 default (:attr:`~hpsearch.money.nodes.Fleet.PER_TRIAL`) a worker is rented when a trial
@@ -114,7 +115,10 @@ class SimResult:
         completed: Trials trained to their last epoch (COMPLETE), with the time they
             finished.
         end_s: When the last worker went idle.
-        preempted: ``(time, trial, seconds of work lost, restart seconds that follow)``.
+        preempted: ``(time, trial, seconds of work lost, restart seconds paid)``: the
+            restart is paid by the trial's next attempt, at once or when the policy
+            resumes it (0 if none follows: the policy pruned it, or paused it and never
+            resumed it, or it ran out of restarts).
         checkpoint_s: Worker-seconds spent writing checkpoints.
         core: The search core that decided (its ledger holds the money).
     """
@@ -170,8 +174,10 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
     """Run a search over ``order`` (indices into ``curves``) on ``workers`` workers.
 
     Epoch ends at the same simulated time are taken in the order they were scheduled, so
-    a run is deterministic. With ``preemptions``, a preempted trial restarts (before any
-    new configuration) from its last completed epoch.
+    a run is deterministic. With ``preemptions``, a preempted trial the policy still
+    wants restarts (before any new configuration) from its last completed epoch; one it
+    no longer wants is paused (it resumes, paying the restart, if the policy picks it) or
+    pruned, as the core decides.
 
     Args:
         curves: Every configuration's curve; trial numbers are their indices.
@@ -254,7 +260,9 @@ class _Simulation:
         self.running: dict[int, tuple[float, int, int]] = {}  # trial -> (start, first, attempt)
         self.attempts: dict[int, int] = {}
         self.checkpointed_at: dict[int, float] = {}
-        self.restarting: set[int] = set()  # preempted: the next start pays restart_s
+        #: Preempted trials that will pay restart_s at their next start: the index of
+        #: their preemption in ``result.preempted``.
+        self.restarting: dict[int, int] = {}
         self.sequence = 0
 
     def push(self, t: float, trial: int, epoch: int, attempt: int) -> None:
@@ -269,9 +277,13 @@ class _Simulation:
         self.result.starts.append((at, trial))
         self.running[trial] = (at, done + 1, attempt)
         self.checkpointed_at[trial] = at
-        restart = trial in self.restarting
-        self.restarting.discard(trial)
-        setup = curve.startup_s + (self.preemptions.restart_s if restart else 0.0)
+        restart_s = 0.0
+        if trial in self.restarting:
+            index = self.restarting.pop(trial)
+            restart_s = self.preemptions.restart_s
+            when, _, lost_s, _ = self.result.preempted[index]
+            self.result.preempted[index] = (when, trial, lost_s, restart_s)
+        setup = curve.startup_s + restart_s
         self.push(at + setup + curve.epoch_s(done + 1) + self.ckpt_s, trial, done + 1, attempt)
         if self.preemptions is not None:
             self.push(at + self.preemptions.after_s(trial, attempt), trial, 0, attempt)
@@ -289,12 +301,13 @@ class _Simulation:
 
     def preempt(self, trial: int, now: float) -> None:
         self.leave(trial, now, self.result.epochs_done.get(trial, 0))
-        self.result.preempted.append((now, trial, now - self.checkpointed_at[trial],
-                                      self.preemptions.restart_s))
+        self.result.preempted.append((now, trial, now - self.checkpointed_at[trial], 0.0))
+        # The policy judges it again: it restarts (PREEMPTED), waits with the paused
+        # trials (PAUSED), or is gone (PRUNED, FAILED). Its node goes back either way.
         state = self.core.preempted(trial, "simulated preemption")
         self.nodes.give_back(trial, now, lost=True)
-        if state is TrialState.PREEMPTED:
-            self.restarting.add(trial)
+        if state in (TrialState.PREEMPTED, TrialState.PAUSED):
+            self.restarting[trial] = len(self.result.preempted) - 1
 
     def epoch_end(self, trial: int, epoch: int, attempt: int, now: float) -> None:
         curve = self.curves[trial]

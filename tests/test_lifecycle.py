@@ -20,7 +20,10 @@ EXPECTED = {
     (S.PENDING, E.STARTED): {S.RUNNING},
     (S.RUNNING, E.REPORTED): {S.RUNNING},
     (S.RUNNING, E.ENDED): {S.COMPLETE, S.PRUNED, S.PAUSED, S.BUDGET_STOPPED, S.FAILED},
-    (S.RUNNING, E.PREEMPTED): {S.PREEMPTED, S.FAILED},
+    # Restarted (PREEMPTED), paused or pruned as the policy judges, as the policy or
+    # the budget had already decided, or FAILED (out of restarts).
+    (S.RUNNING, E.PREEMPTED): {S.PREEMPTED, S.PAUSED, S.PRUNED, S.BUDGET_STOPPED,
+                               S.FAILED},
     (S.RUNNING, E.FAILED): {S.PENDING, S.FAILED},
     (S.PENDING, E.FAILED): {S.PENDING, S.FAILED},
     (S.PENDING, E.MOVED): {S.PENDING, S.FAILED},

@@ -12,13 +12,17 @@ States::
     PENDING ----STARTED----> RUNNING --ENDED--> COMPLETE | PRUNED | PAUSED
       ^  \\                    | |  |             | BUDGET_STOPPED | FAILED
       |   FAILED (no retry)    | |  +--PREEMPTED--> PREEMPTED (or FAILED: out of restarts)
-      |      -> FAILED         | +--FAILED------> PENDING (a retry) or FAILED
+      |      -> FAILED         | |                  | PAUSED | PRUNED | BUDGET_STOPPED
+      |                        | +--FAILED------> PENDING (a retry) or FAILED
       +--RESUMED-- PAUSED | PREEMPTED | BUDGET_STOPPED (a later session, more money)
     PAUSED | PREEMPTED | PENDING --CLOSED--> PRUNED | BUDGET_STOPPED | FAILED (session end)
     PENDING | RUNNING --MOVED--> PENDING (placed elsewhere) or FAILED
 
-A preemption is not a failure: it has its own counter and uses no failure retry; a
-preempted trial waits like a paused one and resumes from its latest checkpoint.
+A preemption is not a failure: it has its own counter and uses no failure retry. It is
+an involuntary pause: a preempted trial the policy still wants waits (PREEMPTED) to
+restart first, from its latest checkpoint; one it would rather pause is PAUSED like a
+trial it paused itself, one it rejects is PRUNED; a trial the policy or the budget had
+already stopped when it was taken ends as they said (PAUSED, PRUNED, BUDGET_STOPPED).
 """
 
 from __future__ import annotations
@@ -86,7 +90,8 @@ TRANSITIONS: dict[tuple[TrialState | None, Event], frozenset[TrialState]] = {
     (_S.RUNNING, Event.REPORTED): frozenset({_S.RUNNING}),
     (_S.RUNNING, Event.ENDED): frozenset({_S.COMPLETE, _S.PRUNED, _S.PAUSED,
                                           _S.BUDGET_STOPPED, _S.FAILED}),
-    (_S.RUNNING, Event.PREEMPTED): frozenset({_S.PREEMPTED, _S.FAILED}),
+    (_S.RUNNING, Event.PREEMPTED): frozenset({_S.PREEMPTED, _S.PAUSED, _S.PRUNED,
+                                              _S.BUDGET_STOPPED, _S.FAILED}),
     (_S.RUNNING, Event.FAILED): frozenset({_S.PENDING, _S.FAILED}),
     # A trial that failed before it ran (refused at its start), or whose node kind
     # vanished while it waited for one.

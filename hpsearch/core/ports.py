@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
+from hpsearch import keys
 from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
 from hpsearch.pruning.decisions import Verdict
 
@@ -130,6 +131,20 @@ class Policy(Protocol):
     def on_result(self, number: int, epoch: int, value: float) -> Verdict:
         """Decide about a trial that finished ``epoch`` with ``value``."""
 
+    def on_preempted(self, number: int, epoch: int) -> Verdict:
+        """Decide about a trial whose process or node was taken back after ``epoch``
+        (its newest reported epoch, at least 1), as if it had reported that epoch again
+        now: a preemption is an involuntary pause, and the trial restarts only if it is
+        still worth it.
+
+        CONTINUE: it restarts before anything else, as a preempted trial always did.
+        PAUSE: it waits with the paused trials (its checkpoint kept) and resumes only
+        when :meth:`pick_resume` picks it. STOP: it is PRUNED now. The core then tells
+        :meth:`on_end` (PREEMPTED, PAUSED or PRUNED) as for any other end. Not asked for
+        a trial preempted before its first epoch, after its last one, or once the policy
+        or the budget has already stopped or paused it: those keep what they had.
+        """
+
     def on_end(self, number: int, epoch: int, state: TrialState) -> None:
         """A trial left its worker after ``epoch``, in ``state``."""
 
@@ -206,8 +221,20 @@ class MemoryStudy:
         self.finals[number] = value
 
     def histories(self) -> list[TrialHistory]:
-        return [TrialHistory(n, s, dict(self.values.get(n, {})), params=self.params[n])
+        """Every trial as a continued run sees it: an unfinished one is RUNNING, or
+        PAUSED / BUDGET_STOPPED when its ``lifecycle`` attribute says so (as the Optuna
+        study of a real run reads it)."""
+        return [TrialHistory(n, self._state(n, s), dict(self.values.get(n, {})),
+                             params=self.params[n])
                 for n, s in sorted(self.states.items())]
+
+    def _state(self, number: int, told: TrialState) -> TrialState:
+        if told is not TrialState.RUNNING:
+            return told
+        recorded = self.attrs.get(number, {}).get(keys.ATTR_LIFECYCLE)
+        unfinished = {TrialState.PAUSED.value: TrialState.PAUSED,
+                      TrialState.BUDGET_STOPPED.value: TrialState.BUDGET_STOPPED}
+        return unfinished.get(recorded, TrialState.RUNNING)
 
     @property
     def left(self) -> int:

@@ -12,7 +12,8 @@ actions:
   it, the budget and then the pruning policy decide (:class:`~hpsearch.pruning.decisions.Decision`);
 * :meth:`SearchCore.ended`, :meth:`SearchCore.preempted`, :meth:`SearchCore.failed`,
   :meth:`SearchCore.moved` -- the process is gone: the trial finishes, waits to resume,
-  or is retried, each within its own allowance (a preemption is not a failure);
+  or is retried, each within its own allowance (a preemption is not a failure; it is an
+  involuntary pause: the trial restarts first only if the policy still wants it);
 * :meth:`SearchCore.close` -- the session ends: trials left waiting are settled.
 
 Every transition goes through :class:`~hpsearch.core.lifecycle.Lifecycle`; the study is
@@ -227,10 +228,14 @@ class SearchCore:
             if self.queue and self.queue[0] == number:
                 self.queue.popleft()
             record = self.trials.get(number)
-            if record is not None and record.state is not TrialState.PENDING:
+            was = None if record is None else record.state
+            if was is not None and was is not TrialState.PENDING:
                 self.trials.move(number, Event.RESUMED, TrialState.PENDING)
             if number in self.budget_stopped:
                 self.budget_stopped.remove(number)
+            if was in (TrialState.PAUSED, TrialState.BUDGET_STOPPED):
+                # It runs again: a driver killed from now on must resume it, not keep it
+                # paused; the reason it waited no longer holds.
                 self.study.set_attrs(number, {keys.ATTR_LIFECYCLE: TrialState.RUNNING.value,
                                               keys.ATTR_STOP_REASON: None})
             params, seed = self.study.resume(number)
@@ -365,13 +370,7 @@ class SearchCore:
         else:
             state = TrialState.COMPLETE
         if state is TrialState.PAUSED:
-            # It stays unfinished in the study (it may resume), marked as paused.
-            self.trials.move(number, Event.ENDED, state)
-            self.study.set_attrs(number, {**self._money(number), keys.ATTR_EPOCHS: record.epoch,
-                                          keys.ATTR_LIFECYCLE: state.value})
-            self.policy.on_end(number, record.epoch, state)
-            self.listener.trial_finished(record)
-            return state
+            return self._pause(record, Event.ENDED)
         self._finish(record, Event.ENDED, state, error=metric_error)
         if metric_error is not None:
             self._fail_fast(Failure(number, metric_error, self.trial_log(number)), False)
@@ -380,14 +379,25 @@ class SearchCore:
     def preempted(self, number: int, reason: str, saved: bool = False) -> TrialState:
         """Trial ``number``'s process or node was taken back.
 
+        A preemption is an involuntary pause: the policy judges the trial again, as if it
+        had reported its newest epoch now (:meth:`~hpsearch.core.ports.Policy.on_preempted`).
+        Still worth it, it restarts before anything else; otherwise it joins the paused
+        trials (resumed only when the policy picks it, PRUNED at the session's end if
+        never) or is PRUNED now, with a stop reason that names the preemption. A trial
+        preempted before its first epoch or after its last always restarts; one the
+        policy or the budget had already stopped or paused ends as they decided. The
+        work since its checkpoint is billed as lost in every case; the preemption counts
+        against ``preemption.max_restarts`` whatever follows (it is no failure).
+
         Args:
             number: The trial.
             reason: What took it (a notice, SIGTERM, a lost node, a simulated kill).
             saved: It checkpointed everything it trained before it went (a notice).
 
         Returns:
-            PREEMPTED (it waits to resume from its checkpoint, first in the queue) or
-            FAILED (more preemptions than ``preemption.max_restarts``).
+            PREEMPTED (it waits to restart from its checkpoint, first in the queue),
+            PAUSED, PRUNED, BUDGET_STOPPED (the budget had stopped it), or FAILED (more
+            preemptions than ``preemption.max_restarts``).
         """
         record = self.trials.check(number, Event.PREEMPTED)
         self.live.discard(number)
@@ -401,13 +411,45 @@ class SearchCore:
         if saved:
             record.checkpoint_epoch = record.epoch
         self.accountant.trial_ended(number, PREEMPTED, saved)
-        self.trials.move(number, Event.PREEMPTED, TrialState.PREEMPTED)
         self.study.set_attrs(number, {keys.ATTR_PREEMPTIONS: record.preemptions,
                                       **self._money(number)})
+        if record.stop is None:
+            self._judge_preempted(record)
+        if record.exit is TrialState.PAUSED:
+            return self._pause(record, Event.PREEMPTED)
+        if record.exit is not None:
+            state = record.exit
+            self._finish(record, Event.PREEMPTED, state)
+            return state
+        self.trials.move(number, Event.PREEMPTED, TrialState.PREEMPTED)
         self.policy.on_end(number, record.epoch, TrialState.PREEMPTED)
         self.queue.append(number)
         self.listener.trial_requeued(record, Event.PREEMPTED, reason)
         return TrialState.PREEMPTED
+
+    def _judge_preempted(self, record: TrialRecord) -> None:
+        """Ask the policy whether preempted ``record`` is still worth a restart; a PAUSE
+        or STOP is recorded as the policy's stop (its reason naming the preemption)."""
+        if record.epoch < 1 or record.epoch >= self.max_epochs:
+            # Nothing to judge yet, or nothing left to prune (its natural end).
+            return
+        verdict = self.policy.on_preempted(record.number, record.epoch)
+        exits = {Decision.PAUSE: TrialState.PAUSED, Decision.STOP: TrialState.PRUNED}
+        if verdict.decision in exits:
+            self._stop(record, self.policy.name,
+                       f"preempted after epoch {record.epoch}; {verdict.reason}",
+                       verdict.predicted_final, exits[verdict.decision])
+
+    def _pause(self, record: TrialRecord, event: Event) -> TrialState:
+        """Move ``record`` (gone from its worker after ``event``) to PAUSED: it stays
+        unfinished in the study (it may resume), marked as paused."""
+        number = record.number
+        self.trials.move(number, event, TrialState.PAUSED)
+        self.study.set_attrs(number, {**self._money(number), keys.ATTR_EPOCHS: record.epoch,
+                                      keys.ATTR_LIFECYCLE: TrialState.PAUSED.value})
+        self.policy.on_end(number, record.epoch, TrialState.PAUSED)
+        self.listener.trial_finished(record)
+        return TrialState.PAUSED
 
     def failed(self, number: int, error: str, setup: bool = False) -> TrialState:
         """Trial ``number``'s process raised or died with ``error``.

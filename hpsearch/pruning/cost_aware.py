@@ -563,6 +563,11 @@ class CostAwarePruner:
         self.board.add(trial, epoch, value)
         verdict = self.policy.decide(self.board, trial, epoch, self._cost(trial),
                                      self._peer_costs(trial))
+        return self._decided(trial, epoch, verdict)
+
+    def _decided(self, trial: int, epoch: int, verdict: Verdict) -> Verdict:
+        """Record a PAUSE or STOP of ``trial`` after ``epoch`` on the board, in the
+        predictions and among the paused trials; return ``verdict``."""
         if verdict.decision in (Decision.STOP, Decision.PAUSE):
             self.board.stop(trial, epoch)
             if verdict.predicted_interval is not None:
@@ -620,3 +625,11 @@ class CostAwarePruner:
             if best is None or key > best[0]:
                 best = (key, trial)
         return None if best is None else best[1]
+
+    def on_preempted(self, trial: int, epoch: int) -> Verdict:
+        """Decide about ``trial``, preempted after ``epoch`` (on the board already), as
+        if it had reported that epoch again now: a restart is worth its money only if
+        the trial would be kept today; otherwise it pauses or stops as at an epoch end."""
+        verdict = self.policy.decide(self.board, trial, epoch, self._cost(trial),
+                                     self._peer_costs(trial))
+        return self._decided(trial, epoch, verdict)

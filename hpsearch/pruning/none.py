@@ -27,6 +27,10 @@ class NoPruning:
     def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
         return CONTINUE
 
+    def on_preempted(self, trial: int, epoch: int) -> Verdict:
+        """A preempted trial always restarts (nothing is ever pruned)."""
+        return CONTINUE
+
     def on_end(self, trial: int, epoch: int, state: "TrialState") -> None:
         pass
 

@@ -81,6 +81,12 @@ class OptunaPolicy:
             return CONTINUE
         return Verdict(Decision.STOP, stopped_at(epoch, self.max_epochs, self.metric, value))
 
+    def on_preempted(self, number: int, epoch: int) -> Verdict:
+        """CONTINUE: a preempted trial restarts. An Optuna pruner has no pause, and it
+        judged this epoch when it was reported (asked again, it would judge the same
+        intermediate value, and a reporting in-memory trial cannot report twice)."""
+        return CONTINUE
+
     def on_end(self, number: int, epoch: int, state: TrialState) -> None:
         if self._own is None or state.waiting or number not in self._trials:
             return

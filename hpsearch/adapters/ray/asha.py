@@ -72,6 +72,12 @@ class AshaPolicy:
             return CONTINUE
         return Verdict(Decision.STOP, stopped_at(epoch, self.max_epochs, self.metric, value))
 
+    def on_preempted(self, number: int, epoch: int) -> Verdict:
+        """CONTINUE: a preempted trial restarts, as Tune restarts a failed ASHA trial
+        without asking the scheduler. ASHA has no pause, and it already placed this
+        epoch in its rungs (a second result at the same epoch would be recorded twice)."""
+        return CONTINUE
+
     def on_end(self, number: int, epoch: int, state: TrialState) -> None:
         if not state.waiting:
             self.asha.on_trial_complete(None, self._trial(number), {_EPOCH: epoch})

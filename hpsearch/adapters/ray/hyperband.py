@@ -145,6 +145,22 @@ class HyperBandPolicy:
             return Verdict(Decision.STOP, stopped_at(epoch, self.max_epochs, self.metric, value))
         return CONTINUE
 
+    def on_preempted(self, number: int, epoch: int) -> Verdict:
+        """CONTINUE unless HyperBand has terminated the trial since its last result
+        (then STOP, as its next result would be told).
+
+        HyperBand pauses only at its bracket's rung, and a trial paused there is paused
+        already (the core keeps that decision when the pause's attempt is preempted).
+        Between rungs the bracket waits for the trial to reach the next one, so a
+        preempted trial restarts at once, as Tune restarts a failed trial. The scheduler
+        is not shown the epoch again: it would record it twice in the bracket.
+        """
+        trial = self._trial(number)
+        if trial.status == self._status.TERMINATED:
+            return Verdict(Decision.STOP, f"hyperband: its bracket terminated it after "
+                           f"epoch {epoch}/{self.max_epochs}")
+        return CONTINUE
+
     def on_end(self, number: int, epoch: int, state: TrialState) -> None:
         trial = self._trial(number)
         if state.waiting:
