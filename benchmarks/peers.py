@@ -56,7 +56,7 @@ class IEpoch(NoPruning):
         if epoch < self.k and not state.waiting:  # a curve shorter than k: nothing to rank
             self.ended.add(trial)
 
-    def pick_resume(self, waiting: Sequence[int]) -> int | None:
+    def pick_resume(self, waiting: Sequence[int], fresh: bool = True) -> int | None:
         if self.resume_order is None:
             if len(self.at_k) + len(self.ended) < self.n_trials:
                 return None

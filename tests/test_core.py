@@ -43,7 +43,7 @@ class Scripted(NoPruning):
     def restore(self, histories):
         self.restored = list(histories)
 
-    def on_start(self, trial):
+    def on_start(self, trial, params=None):
         self.seen.append(("start", trial))
 
     def on_result(self, trial, epoch, value):
@@ -55,7 +55,7 @@ class Scripted(NoPruning):
     def on_end(self, trial, epoch, state):
         self.seen.append(("end", trial, epoch, state))
 
-    def pick_resume(self, waiting):
+    def pick_resume(self, waiting, fresh=True):
         return self.resume.pop(0) if self.resume and self.resume[0] in waiting else None
 
 

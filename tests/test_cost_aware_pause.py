@@ -114,15 +114,16 @@ def test_a_converged_loss_leader_trains_to_the_end():
 # Money decides how sure the policy must be
 
 
-def _hopeless_board() -> Board:
-    """Four finished trials (the incumbent at 0.90) that gained 0-0.10 after epoch 10;
-    twenty running trials at epoch 10, trial 100+i at 0.80 - 0.002 i."""
+def _hopeless_board(late_gain: float = 0.005) -> Board:
+    """Four finished leaders (the incumbent at 0.93; each gained 0.05 after epoch 10) and
+    eight finished trials that stood at 0.77-0.79 at epoch 10 and gained ``late_gain``; twenty running trials at
+    epoch 10, trial 100+i at 0.80 - 0.002 i."""
     b = Board()
-    finished = {1: 0.90, 2: 0.88, 3: 0.86, 4: 0.85}
-    gains = {1: 0.10, 2: 0.02, 3: 0.01, 4: 0.0}
-    for t, final in finished.items():
+    leaders = {1: (0.88, 0.93), 2: (0.875, 0.925), 3: (0.87, 0.92), 4: (0.865, 0.915)}
+    laggards = {5 + k: (0.77 + 0.003 * k, 0.77 + 0.003 * k + late_gain) for k in range(8)}
+    for t, (at10, final) in {**leaders, **laggards}.items():
         for e in range(1, 53):
-            b.add(t, e, final - gains[t] if e <= 10 else final)
+            b.add(t, e, at10 if e <= 10 else final)
         b.finish(t)
     for i in range(20):
         for e in range(1, 11):
@@ -133,38 +134,35 @@ def _hopeless_board() -> Board:
 def test_a_hopeless_expensive_trial_stops_before_a_cheap_one():
     b = _hopeless_board()
     pol = CostAwarePolicy("max", 52)
-    peers = [1.0] * 23
-    # 24 trials at epoch 10 (the finished ones' epoch-10 values count) keep the top 4
-    # (0.2 ** 1.225 = 14%); trial 101 ranks 6th: 4x as cheap keeps the top 7, 4x as
-    # dear the top 2.
+    peers = [1.0] * 31
+    # 32 trials at epoch 10 (the finished ones' epoch-10 values count) keep the top 5
+    # (0.2 ** 1.225 = 14%); trial 101 ranks 6th: 4x as cheap keeps the top 9, 4x as dear
+    # the top 3. Finished trials that stood where it stands gained almost nothing.
     cheap = pol.decide(b, 101, 10, cost_rate=0.25, peer_cost_rates=peers)
     dear = pol.decide(b, 101, 10, cost_rate=4.0, peer_cost_rates=peers)
     assert cheap.decision is Decision.CONTINUE  # 4x as cheap: the share doubles
-    assert dear.decision is Decision.STOP  # its interval ends short of the incumbent
-    assert "80% interval" in dear.reason and "x0.50" in dear.reason
+    assert dear.decision is Decision.STOP  # even its best plausible final falls short
+    assert "ends short of the best finished trial" in dear.reason and "x0.50" in dear.reason
     low, high = dear.predicted_interval
     assert low <= dear.predicted_final <= high < b.incumbent()
 
 
 def test_a_cut_trial_whose_interval_reaches_the_incumbent_is_paused():
-    b = _hopeless_board()
-    # Trial 101 (0.798 at epoch 10) is cut when it is dear; with the finished trials'
-    # late gains as they are, its interval ends short of the incumbent: stopped. Where
-    # finished trials gained more from epoch 10, the same cut is a pause.
+    # Trial 101 (0.798 at epoch 10) is cut when it is dear; where the finished trials that
+    # stood beside it gained little, it is stopped. Where they gained enough to pass the
+    # incumbent, the same cut is a pause.
     pol = CostAwarePolicy("max", 52, aggressiveness=3)
     b2 = _hopeless_board()
     for e in range(1, 11):
-        b2.add(200, e, 0.86 if e == 10 else 0.795)
-    verdict = pol.decide(b2, 200, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 24)
-    assert verdict.decision is Decision.CONTINUE  # it leads the running trials
-    verdict = pol.decide(b2, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 24)
+        b2.add(200, e, 0.89 if e == 10 else 0.795)
+    verdict = pol.decide(b2, 200, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 32)
+    assert verdict.decision is Decision.CONTINUE  # it leads at epoch 10
+    verdict = pol.decide(b2, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 32)
     assert verdict.decision is Decision.STOP
-    # Raise the late gains: the same trial's interval now reaches the incumbent.
-    for t in (2, 3):
-        b2.scores[t][10] = b2.scores[t][52] - 0.2
-    verdict = pol.decide(b2, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 24)
+    b3 = _hopeless_board(late_gain=0.16)
+    verdict = pol.decide(b3, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 31)
     assert verdict.decision is Decision.PAUSE
-    assert "reaches the best finished trial" in verdict.reason
+    assert "may still reach the best finished trial" in verdict.reason
 
 
 def test_with_too_few_finished_trials_a_cut_is_a_pause():

@@ -51,7 +51,7 @@ class Recorder(NoPruning):
     def __init__(self):
         self.calls: list[tuple] = []
 
-    def on_start(self, trial):
+    def on_start(self, trial, params=None):
         self.calls.append(("start", trial))
 
     def on_end(self, trial, epoch, state):
@@ -90,7 +90,7 @@ class PauseThenResume(Recorder):
             return Verdict(P, "test")
         return CONTINUE
 
-    def pick_resume(self, waiting):
+    def pick_resume(self, waiting, fresh=True):
         self.asked += 1
         if len(self.paused) < self.n or not self.resume:
             return None
@@ -244,7 +244,7 @@ def test_a_resumed_trial_goes_before_the_next_configuration():
                 return Verdict(P, "test")
             return CONTINUE
 
-        def pick_resume(self, waiting):
+        def pick_resume(self, waiting, fresh=True):
             return self.paused.pop() if self.paused else None
 
     sched = ResumeFirst()

@@ -147,6 +147,8 @@ class TrialRecord:
         node: The node of its current or latest attempt.
         spot: Whether that node is a spot node (None when nodes declare no kind).
         error: Why it failed, once it has.
+        history: Its objective after each epoch.
+        params: Its sampled parameters (what the policy's predictor compares).
     """
 
     number: int
@@ -163,6 +165,7 @@ class TrialRecord:
     spot: bool | None = None
     error: str | None = None
     history: dict[int, float] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
 
 
 class Lifecycle:

@@ -125,8 +125,9 @@ class Policy(Protocol):
     def restore(self, histories: Sequence[TrialHistory]) -> None:
         """Rebuild what the policy knows from earlier sessions' trials."""
 
-    def on_start(self, number: int) -> None:
-        """A trial starts (or starts again) on a worker."""
+    def on_start(self, number: int, params: Mapping[str, Any] | None = None) -> None:
+        """A trial starts (or starts again) on a worker, with its sampled ``params``
+        (None where the backend does not know them)."""
 
     def on_result(self, number: int, epoch: int, value: float) -> Verdict:
         """Decide about a trial that finished ``epoch`` with ``value``."""
@@ -148,8 +149,12 @@ class Policy(Protocol):
     def on_end(self, number: int, epoch: int, state: TrialState) -> None:
         """A trial left its worker after ``epoch``, in ``state``."""
 
-    def pick_resume(self, waiting: Sequence[int]) -> int | None:
-        """A paused trial (of ``waiting``) to resume on a free worker now, or None."""
+    def pick_resume(self, waiting: Sequence[int], fresh: bool = True) -> int | None:
+        """A paused trial (of ``waiting``) to resume on a free worker now, or None.
+
+        ``fresh``: a new trial could start instead (False once the search has handed out
+        its last new configuration: a paused trial then competes only with idleness).
+        """
 
 
 class Listener(Protocol):

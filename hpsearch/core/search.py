@@ -155,6 +155,7 @@ class SearchCore:
         for history in histories:
             record = self.trials.move(history.number, Event.RESTORED, history.state)
             record.history = dict(history.values)
+            record.params = dict(history.params)
             record.epoch = history.last_epoch
             record.value = history.values.get(record.epoch)
             record.checkpoint_epoch = record.epoch
@@ -213,7 +214,7 @@ class SearchCore:
                 return number
         waiting = self.trials.in_state(TrialState.PAUSED)
         if waiting:
-            pick = self.policy.pick_resume(waiting)
+            pick = self.policy.pick_resume(waiting, fresh=self.new_left > 0)
             if pick is not None:
                 return pick
         return -1 if self.new_left > 0 else None
@@ -242,6 +243,7 @@ class SearchCore:
             kind = StartKind.RESUME
         record = self.trials.get(number)
         record.spot = spot
+        record.params = dict(params or {})
         record.stop = record.exit = None
         self.live.add(number)
         self.accountant.trial_admitted(number)
@@ -272,7 +274,7 @@ class SearchCore:
         if node is not None:
             record.node = node
         self.accountant.trial_started(number, node)
-        self.policy.on_start(number)
+        self.policy.on_start(number, record.params)
 
     # -- a running trial --------------------------------------------------------------
 

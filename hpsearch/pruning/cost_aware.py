@@ -47,9 +47,10 @@ from typing import TYPE_CHECKING
 
 from hpsearch.core.lifecycle import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
+from hpsearch.pruning.predictor import FinalPredictor
 
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Any, Mapping, Sequence
 
     from hpsearch.money.budget import Accountant
     from hpsearch.core.ports import TrialHistory
@@ -320,6 +321,8 @@ class CostAwarePolicy:
     max_epochs: int
     min_epochs: int = 1
     aggressiveness: float = 1.0
+    predictor: FinalPredictor = field(default_factory=FinalPredictor, repr=False,
+                                      compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def decide(self, board: Board, trial: int, epoch: int,
@@ -355,18 +358,21 @@ class CostAwarePolicy:
         incumbent = board.incumbent()
         sign = board.sign()
         metric_interval = self._interval_to_metric(board, interval)
-        if interval is None or incumbent is None or interval[1] >= incumbent:
-            if interval is None or incumbent is None:
+        reach = self.reach(board, trial, epoch)
+        if reach is None or incumbent is None or reach >= incumbent:
+            if reach is None or incumbent is None:
                 unsure = "too few finished trials to predict it"
             else:
-                unsure = (f"its 80% interval ({_fmt_interval(metric_interval)}) reaches the "
-                          f"best finished trial ({sign * incumbent:.4g})")
+                unsure = (f"its predicted final (80%: {_fmt_interval(metric_interval)}, "
+                          f"at best {sign * reach:.4g}) may still reach the best finished "
+                          f"trial ({sign * incumbent:.4g})")
             return Verdict(Decision.PAUSE, f"{why}; paused: {unsure}",
                            self._to_metric(board, predicted), metric_interval)
         return Verdict(
             Decision.STOP,
-            f"{why}; its 80% interval ({_fmt_interval(metric_interval)}) ends short of the "
-            f"best finished trial ({sign * incumbent:.4g})",
+            f"{why}; its predicted final (80%: {_fmt_interval(metric_interval)}, at best "
+            f"{sign * reach:.4g}) ends short of the best finished trial "
+            f"({sign * incumbent:.4g})",
             self._to_metric(board, predicted), metric_interval)
 
     # -- parts --------------------------------------------------------------------------
@@ -418,30 +424,35 @@ class CostAwarePolicy:
         return cost_rate / statistics.median(peers)
 
     def _predict(self, board: Board, trial: int, epoch: int) -> float:
-        """Expected final score: now plus what finished trials typically gained from here."""
-        now = board.scores[trial][epoch]
-        gains = board.gains(epoch)
-        return now + (statistics.median(gains) if gains else 0.0)
+        """Expected final score (the predictor's point; its score now without one)."""
+        forecast = self.predictor.forecast(board, trial, epoch, MIN_FINISHED)
+        return board.scores[trial][epoch] if forecast is None else forecast.point
 
     def interval(self, board: Board, trial: int, epoch: int) -> tuple[float, float] | None:
-        """The 80% interval of ``trial``'s final score (score units): its score at
-        ``epoch`` plus the INTERVAL percentiles of the finished trials' gains from that
-        epoch; None with fewer than MIN_FINISHED of them."""
-        gains = board.gains(epoch)
-        if len(gains) < MIN_FINISHED or epoch not in board.scores.get(trial, {}):
+        """The 80% interval of ``trial``'s final score (score units) from the run's
+        predictor (:mod:`hpsearch.pruning.predictor`); None with fewer than MIN_FINISHED
+        finished trials seen at ``epoch``."""
+        forecast = self.predictor.forecast(board, trial, epoch, MIN_FINISHED)
+        return None if forecast is None else (forecast.low, forecast.high)
+
+    def reach(self, board: Board, trial: int, epoch: int) -> float | None:
+        """The best of ``trial``'s plausible finals (score units): a stop needs even it
+        to end short of the incumbent, as a stop is final and a pause is not; None
+        without a forecast."""
+        forecast = self.predictor.forecast(board, trial, epoch, MIN_FINISHED)
+        if forecast is None:
             return None
-        now = board.scores[trial][epoch]
-        return now + _quantile(gains, INTERVAL[0]), now + _quantile(gains, INTERVAL[1])
+        return max(forecast.high, *forecast.samples) if forecast.samples else forecast.high
 
     def expected_improvement(self, board: Board, trial: int, epoch: int) -> float | None:
-        """Mean gain over the incumbent of ``trial``'s final, over the finished trials'
-        gains from ``epoch``, in spreads of the scores at that epoch (unit-free); None
-        without an incumbent or MIN_FINISHED gains."""
-        incumbent, gains = board.incumbent(), board.gains(epoch)
-        if incumbent is None or len(gains) < MIN_FINISHED:
+        """Mean gain over the incumbent of ``trial``'s final, over the predictor's
+        plausible finals, in spreads of the scores at that epoch (unit-free); None
+        without an incumbent or a forecast."""
+        incumbent = board.incumbent()
+        forecast = self.predictor.forecast(board, trial, epoch, MIN_FINISHED)
+        if incumbent is None or forecast is None or not forecast.samples:
             return None
-        now = board.scores[trial][epoch]
-        mean = sum(max(0.0, now + g - incumbent) for g in gains) / len(gains)
+        mean = sum(max(0.0, v - incumbent) for v in forecast.samples) / len(forecast.samples)
         spread = board.spread(epoch)
         return mean / spread if spread > 0 else mean
 
@@ -529,11 +540,14 @@ class CostAwarePruner:
         #: Epoch costs by trial, with the epochs on the board they were measured at: a
         #: trial's cost changes when it reports (a new epoch time, or a new node).
         self._costs: dict[int, tuple[int, float | None]] = {}
+        #: Trials resumed once no new configuration was left (never paused again).
+        self.last_round: set[int] = set()
 
     def restore(self, histories: "Sequence[TrialHistory]") -> None:
         """Put an earlier session's curves back on the board (paused trials stay
         paused, behind their peers)."""
         for history in histories:
+            self.policy.predictor.hyperparameters.add(history.number, history.params)
             for epoch, value in sorted(history.values.items()):
                 self.board.add(history.number, epoch, value)
             if history.state.finished:
@@ -542,7 +556,8 @@ class CostAwarePruner:
                 self.board.stop(history.number, history.last_epoch)
                 self.paused[history.number] = (history.last_epoch, 0)
 
-    def on_start(self, trial: int) -> None:
+    def on_start(self, trial: int, params: "Mapping[str, Any] | None" = None) -> None:
+        self.policy.predictor.hyperparameters.add(trial, params)
         self.board.resume(trial)
         self.paused.pop(trial, None)
 
@@ -567,7 +582,10 @@ class CostAwarePruner:
 
     def _decided(self, trial: int, epoch: int, verdict: Verdict) -> Verdict:
         """Record a PAUSE or STOP of ``trial`` after ``epoch`` on the board, in the
-        predictions and among the paused trials; return ``verdict``."""
+        predictions and among the paused trials; return ``verdict`` (a PAUSE of a trial
+        resumed when nothing new was left becomes CONTINUE: no one to pause it for)."""
+        if verdict.decision is Decision.PAUSE and trial in self.last_round:
+            verdict = CONTINUE
         if verdict.decision in (Decision.STOP, Decision.PAUSE):
             self.board.stop(trial, epoch)
             if verdict.predicted_interval is not None:
@@ -588,15 +606,20 @@ class CostAwarePruner:
         elif trial not in self.board.stopped_at:
             self.board.stop(trial, epoch)
 
-    def pick_resume(self, waiting: "Sequence[int]") -> int | None:
+    def pick_resume(self, waiting: "Sequence[int]", fresh: bool = True) -> int | None:
         """The paused trial worth a free worker now, or None.
 
-        A paused trial qualifies when trials have reached the epoch it paused after since
-        it paused, and it now ranks within the kept share there (they did worse: the
-        evidence changed) and the 80% interval of its final still reaches the incumbent. Of those,
-        the one with the best expected improvement over the incumbent per unit of its
-        epoch's cost (measured epoch time x its node's price); before any trial finished,
-        the best ranked per unit of cost.
+        While new configurations remain (``fresh``), a paused trial qualifies when trials
+        have reached the epoch it paused after since it paused, and it now ranks within
+        the kept share there (they did worse: the evidence changed). Once none remain, a
+        paused trial competes only with an idle worker: any whose predicted finals beat
+        the incumbent with some chance (its forecast's plausible finals) and that the guard
+        would not stop qualifies (it then trains on until it is stopped,
+        never paused again: there is nothing to pause it for). Either way the 80%
+        interval of its final must still reach the incumbent. Of those, the one with the
+        best expected improvement over the incumbent per unit of its epoch's cost
+        (measured epoch time x its node's price); before any trial finished, the best
+        ranked per unit of cost.
         """
         board, policy = self.board, self.policy
         incumbent = board.incumbent()
@@ -606,17 +629,20 @@ class CostAwarePruner:
             if paused is None:
                 continue
             epoch, seen = paused
-            if len(board.trials_at.get(epoch, ())) <= seen:
+            if fresh and len(board.trials_at.get(epoch, ())) <= seen:
                 continue  # nothing new at its epoch: the evidence that paused it holds
             # Its epoch cost against its peers', as when it was paused.
             ratio = policy._cost_ratio(self._cost(trial), self._peer_costs(trial))
             cut = policy.cut(board, trial, epoch, ratio)
-            if cut is None or not cut.keeps:
+            if cut is None or (fresh and not cut.keeps):
                 continue
             interval = policy.interval(board, trial, epoch)
             if interval is not None and incumbent is not None and interval[1] < incumbent:
                 continue
             gain = policy.expected_improvement(board, trial, epoch)
+            if not fresh and (gain is None or gain <= 0 or policy._guard(
+                    board, trial, epoch, board.scores[trial][epoch], interval) is not None):
+                continue  # no forecast yet, no chance, or no optimistic path: wait
             per_cost = 1.0 / ratio if ratio else 1.0
             # Expected improvement per cost where it can be predicted, else rank per cost;
             # ties go to the lower trial number (deterministic).
@@ -624,7 +650,11 @@ class CostAwarePruner:
                    -trial)
             if best is None or key > best[0]:
                 best = (key, trial)
-        return None if best is None else best[1]
+        if best is None:
+            return None
+        if not fresh:
+            self.last_round.add(best[1])
+        return best[1]
 
     def on_preempted(self, trial: int, epoch: int) -> Verdict:
         """Decide about ``trial``, preempted after ``epoch`` (on the board already), as

@@ -21,7 +21,7 @@ class NoPruning:
     def restore(self, histories: "Sequence[TrialHistory]") -> None:
         pass
 
-    def on_start(self, trial: int) -> None:
+    def on_start(self, trial: int, params=None) -> None:
         pass
 
     def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
@@ -34,5 +34,5 @@ class NoPruning:
     def on_end(self, trial: int, epoch: int, state: "TrialState") -> None:
         pass
 
-    def pick_resume(self, waiting: "Sequence[int]") -> int | None:
+    def pick_resume(self, waiting: "Sequence[int]", fresh: bool = True) -> int | None:
         return None

@@ -64,7 +64,7 @@ class OptunaPolicy:
             if history.state.finished:
                 self.on_end(history.number, history.last_epoch, history.state)
 
-    def on_start(self, number: int) -> None:
+    def on_start(self, number: int, params=None) -> None:
         if self._own is not None and number not in self._trials:
             self._trials[number] = self._own.ask()
 
@@ -98,5 +98,5 @@ class OptunaPolicy:
         else:
             self._own.tell(trial, state=OptunaState.PRUNED)
 
-    def pick_resume(self, waiting: Sequence[int]) -> int | None:
+    def pick_resume(self, waiting: Sequence[int], fresh: bool = True) -> int | None:
         return None

@@ -62,7 +62,7 @@ class AshaPolicy:
             if history.state.finished:
                 self.asha.on_trial_complete(None, trial, {_EPOCH: history.last_epoch})
 
-    def on_start(self, number: int) -> None:
+    def on_start(self, number: int, params=None) -> None:
         self._trial(number)
 
     def on_result(self, number: int, epoch: int, value: float) -> Verdict:
@@ -82,5 +82,5 @@ class AshaPolicy:
         if not state.waiting:
             self.asha.on_trial_complete(None, self._trial(number), {_EPOCH: epoch})
 
-    def pick_resume(self, waiting: Sequence[int]) -> int | None:
+    def pick_resume(self, waiting: Sequence[int], fresh: bool = True) -> int | None:
         return None

@@ -125,7 +125,7 @@ class HyperBandPolicy:
                 trial.status = (self._status.PAUSED if history.state is TrialState.PAUSED
                                 else self._status.PENDING)
 
-    def on_start(self, number: int) -> None:
+    def on_start(self, number: int, params=None) -> None:
         trial = self._trial(number)
         if trial.status != self._status.TERMINATED:
             trial.status = self._status.RUNNING
@@ -171,7 +171,7 @@ class HyperBandPolicy:
             self.hyperband.on_trial_complete(self.controller, trial, {_EPOCH: epoch})
             trial.status = self._status.TERMINATED
 
-    def pick_resume(self, waiting: Sequence[int]) -> int | None:
+    def pick_resume(self, waiting: Sequence[int], fresh: bool = True) -> int | None:
         """The paused trial HyperBand's ``choose_trial_to_run`` has promoted, if it waits."""
         chosen = self.hyperband.choose_trial_to_run(self.controller)
         if chosen is not None and chosen.number is None:
