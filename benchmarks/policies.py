@@ -156,7 +156,7 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                     started = time.perf_counter()
                     result = simulate(pool.curves, order, workers, scheduler, preemptions=(
                         Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
-                        if spot else None))
+                        if spot else None), params=pool.configs)
                     row = {"task": task, "seed": seed, "policy": policy, "market": market,
                            "objective": pool.objective.name, "group": task_group(task),
                            **calibration(pool, result),

@@ -253,8 +253,10 @@ def ray_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str,
 
 def sim_path(pool: lcbench.Pool, order: list[int], workers: int, policy: str) -> dict:
     max_epochs = max(c.epochs for c in pool.curves)
+    # The Ray path's space is one categorical config_id: the policy sees the same params.
     result = simulate(pool.curves, order, workers,
-                      peers.make(policy, max_epochs=max_epochs, n_trials=len(order), seed=0))
+                      peers.make(policy, max_epochs=max_epochs, n_trials=len(order), seed=0),
+                      params=[{"config_id": i} for i in range(len(pool.curves))])
     stopped = {t: e for t, e in result.epochs_done.items() if t not in result.completed}
     return {"stopped": stopped, "busy_s": result.busy_s(), "starts": len(result.starts)}
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from hpsearch.money.budget import Accountant
 from hpsearch.spec.config import Budget
@@ -170,7 +170,8 @@ class _Clock:
 def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
              policy: Policy | Callable[[Accountant], Policy], preemptions: Preemptions | None = None, *,
              price: Price = SIM_PRICE, budget: Budget | None = None,
-             max_epochs: int | None = None, fleet: Fleet = Fleet.PER_TRIAL) -> SimResult:
+             max_epochs: int | None = None, fleet: Fleet = Fleet.PER_TRIAL,
+             params: Sequence[Mapping[str, Any]] | None = None) -> SimResult:
     """Run a search over ``order`` (indices into ``curves``) on ``workers`` workers.
 
     Epoch ends at the same simulated time are taken in the order they were scheduled, so
@@ -192,6 +193,8 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
         max_epochs: Epochs of a full trial; default the longest curve.
         fleet: Workers rented per trial attempt (PER_TRIAL, released when idle) or a
             fixed cluster held for the whole search (HELD).
+        params: Each configuration's hyperparameters (what a policy sees on start),
+            or none.
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")
@@ -201,7 +204,10 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
                             demand=Demand(1.0, 0.0), fleet=fleet)
     if not hasattr(policy, "on_result"):
         policy = policy(accountant)
-    core = SearchCore(study=MemoryStudy([{} for _ in curves], order), accountant=accountant,
+    configs = list(params) if params is not None else [{} for _ in curves]
+    if len(configs) != len(curves):
+        raise ValueError(f"params: one per curve ({len(curves)}), got {len(configs)}")
+    core = SearchCore(study=MemoryStudy(configs, order), accountant=accountant,
                       policy=policy, max_epochs=epochs, new_trials=len(order),
                       max_restarts=math.inf, clock=clock)
     return _Simulation(curves, workers, core, clock, preemptions,

@@ -585,3 +585,13 @@ def test_surrogate_pool_by_task_name(surrogate_data):
     assert again.configs == pool.configs and again.curves == pool.curves
     by_id = lcbench.surrogate_pool(surrogate_data, "189908", 3, 7)
     assert by_id.configs == pool.configs
+
+
+def test_the_sensitivity_benchmark_varies_constants_that_exist_and_restores_them():
+    from benchmarks import sensitivity
+
+    for module, name, half, double in sensitivity.VARIANTS:
+        default = getattr(module, name)
+        assert half(default) != default and double(default) != default, name
+        assert type(half(default)) is type(default), name
+    assert sensitivity.main(["--only", "NO_SUCH_CONSTANT"]) == 2
