@@ -134,26 +134,6 @@ def test_a_preempted_trial_restarts_before_new_configurations_and_paused_ones():
     assert ("requeued", 1, "preempted", "simulated") in listener.lines
 
 
-def test_a_paused_trial_handed_out_again_is_running_in_the_study():
-    # The study's lifecycle attribute is what a continued run rebuilds from: a paused
-    # trial still marked paused while its resumed attempt runs would, after a driver
-    # kill, wait for the policy's pick instead of restarting first from its checkpoint.
-    policy = Scripted({(0, 1): Decision.PAUSE}, resume=[0])
-    core, study, clock, _ = make(n=2, policy=policy)
-    start(core)
-    assert epoch(core, 0, 1) is Decision.PAUSE
-    assert core.ended(0) is S.PAUSED
-    assert study.attrs[0][keys.ATTR_LIFECYCLE] == S.PAUSED.value
-    resumed = core.next_start()
-    assert (resumed.kind, resumed.number) == (StartKind.RESUME, 0)
-    assert study.attrs[0][keys.ATTR_LIFECYCLE] == S.RUNNING.value
-    # The reason it was paused stays on record (it is history, not its state).
-    assert study.attrs[0][keys.ATTR_STOP_REASON] == "scripted: scripted pause"
-    core.started(0)
-    assert run_to_end(core, clock, 0, frm=2) is S.COMPLETE
-    assert study.attrs[0][keys.ATTR_LIFECYCLE] == S.COMPLETE.value
-
-
 def test_queued_restarts_do_not_wait_for_admission():
     # One more epoch would pass the cap, but a restart's money was committed already.
     core, _, clock, _ = make(n=2, budget=Budget(max_cost=0.0035))

@@ -227,17 +227,16 @@ class SearchCore:
             if self.queue and self.queue[0] == number:
                 self.queue.popleft()
             record = self.trials.get(number)
-            paused = record is not None and record.state is TrialState.PAUSED
-            if record is not None and record.state is not TrialState.PENDING:
+            was = None if record is None else record.state
+            if was is not None and was is not TrialState.PENDING:
                 self.trials.move(number, Event.RESUMED, TrialState.PENDING)
             if number in self.budget_stopped:
                 self.budget_stopped.remove(number)
+            if was in (TrialState.PAUSED, TrialState.BUDGET_STOPPED):
+                # It runs again: a driver killed from now on must resume it, not keep it
+                # paused; the reason it waited no longer holds.
                 self.study.set_attrs(number, {keys.ATTR_LIFECYCLE: TrialState.RUNNING.value,
                                               keys.ATTR_STOP_REASON: None})
-            elif paused:
-                # Running again: a driver killed from now on leaves it to restart first
-                # from its checkpoint, not to wait for the policy's pick a second time.
-                self.study.set_attrs(number, {keys.ATTR_LIFECYCLE: TrialState.RUNNING.value})
             params, seed = self.study.resume(number)
             kind = StartKind.RESUME
         record = self.trials.get(number)
