@@ -21,7 +21,7 @@ CURVES: dict[str, tuple[float, ...]] = {
     "spike": (0.30, 0.34, 0.57, 0.05, 0.05, 0.05),
     # Stalls at epoch 3 (5th of 6 there: paused), leads from epoch 4 and wins.
     "slow_starter": (0.30, 0.36, 0.33, 0.75, 0.85, 0.90),
-    # 7th of 7 at epoch 2 (paused); every later trial passes it there: never resumed.
+    # 7th of 7 at epoch 2 (paused); every later trial passes it there.
     "weak_starter": (0.18, 0.22, 0.30, 0.40, 0.45, 0.50),
     # Clearly worse: promising for two epochs, last from epoch 3 on (stopped there).
     "diverges": (0.40, 0.45, 0.05, 0.05, 0.05, 0.05),
