@@ -176,7 +176,7 @@ def test_a_paused_trial_killed_during_its_resumed_attempt_restarts_first(url):
         def on_result(self, trial, epoch, value):
             return Verdict(Decision.PAUSE, "paused") if epoch == 1 else CONTINUE
 
-        def pick_resume(self, waiting):
+        def pick_resume(self, waiting, fresh=True):
             return min(waiting, default=None)
 
     config = config_mod.load(RAW)
