@@ -158,6 +158,58 @@ def test_a_paused_trial_is_read_back_as_paused(url):
     assert history.state is LState.PAUSED
 
 
+def test_a_paused_trial_killed_during_its_resumed_attempt_restarts_first(url):
+    # The core keeps each trial's lifecycle in the study: paused while it waits for the
+    # policy, running again once handed out. A driver that dies during the resumed
+    # attempt leaves it to restart first from its checkpoint, as any running trial.
+    from hpsearch.core.search import SearchCore, StartKind
+    from hpsearch.money.budget import Accountant
+    from hpsearch.money.ledger import Ledger
+    from hpsearch.money.pricing import Price
+    from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
+    from hpsearch.pruning.none import NoPruning
+    from hpsearch.spec.config import Budget
+
+    class PauseFirstEpoch(NoPruning):
+        name = "test"
+
+        def on_result(self, trial, epoch, value):
+            return Verdict(Decision.PAUSE, "paused") if epoch == 1 else CONTINUE
+
+        def pick_resume(self, waiting, fresh=True):
+            return min(waiting, default=None)
+
+    config = config_mod.load(RAW)
+
+    def session(recorder):
+        accountant = Accountant(Price(3.6, "USD", "test", False, 3.6, 1.0), Budget(),
+                                Ledger(), 4, lambda: 0.0)
+        return SearchCore(study=recorder, accountant=accountant, policy=PauseFirstEpoch(),
+                          max_epochs=4, new_trials=1)
+
+    first = StudyRecorder(config, url)
+    core = session(first)
+    assert core.next_start().kind is StartKind.NEW
+    core.started(0)
+    assert core.reported(EpochReport(0, 1, 0.4, 1.0)) is Decision.PAUSE
+    assert core.ended(0) is LState.PAUSED
+    (history,) = StudyRecorder(config, url).histories()
+    assert history.state is LState.PAUSED  # killed now, it would wait for the policy
+    again = core.next_start()
+    assert (again.kind, again.number) == (StartKind.RESUME, 0)
+    core.started(0)
+    core.reported(EpochReport(0, 2, 0.5, 1.0, start_epoch=1))
+    first.close()  # the driver dies during the resumed attempt
+
+    second = StudyRecorder(config, url)
+    (history,) = second.histories()
+    assert history.state is LState.RUNNING and history.values == {1: 0.4, 2: 0.5}
+    core = session(second)
+    assert core.restore(second.histories()) == [0]  # restarted first
+    assert (core.next_start().kind, core.record(0).state) == (StartKind.RESUME,
+                                                              LState.PENDING)
+
+
 def test_the_recorder_pickles_as_an_inert_shell(url):
     # Ray Tune pickles its experiment's objects; hpsearch never restores from them.
     recorder = StudyRecorder(config_mod.load(RAW), url)
