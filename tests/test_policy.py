@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from hpsearch.pruning import cost_aware
+from hpsearch.pruning import cost_aware, predictor
 from hpsearch.pruning.decisions import Decision
 
 #: A trial the ranks cut: paused while the policy is unsure (no finished trial to predict
@@ -67,7 +67,9 @@ def test_the_tuned_constants_are_pinned():
     assert cost_aware.EARLY_SHARPNESS == 1.3
     assert cost_aware.SHARPNESS_FADE == (8, 16)
     assert cost_aware.BONUS_CAP == 0.5
-    assert cost_aware.INTERVAL == (0.1, 0.9)
+    assert predictor.INTERVAL == (0.1, 0.9)
+    assert predictor.MIN_NEIGHBOURS == 3
+    assert predictor.HP_WEIGHT == 1.0
 
 
 

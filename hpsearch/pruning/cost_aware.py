@@ -21,16 +21,18 @@ its node's price, from the accountant) must rank higher to be kept, a cheap one 
 lower. The leader (best score at its epoch, with or without the bonus) is always kept.
 
 A trial cut by the ranks is *paused* (its checkpoint kept) while the policy is unsure:
-when fewer than MIN_FINISHED trials have finished, or when the 80% interval of its
-predicted final (its score now plus the 10th-90th percentile of what finished trials
-gained from this epoch on) still reaches the incumbent (the best finished trial). It is
-*stopped* when that interval lies below the incumbent, or when even an optimistic path
-(the guard: its peak so far plus the largest recovery a finished curve made from this
-epoch, or its own slope continued) cannot reach the incumbent. When a worker frees up,
-the core asks :meth:`CostAwarePruner.pick_resume`: a paused trial is resumed when it now
-ranks within the kept share at the epoch it paused at (later trials at that epoch did
-worse) and its interval still reaches the incumbent; of several, the one with the best
-expected improvement over the incumbent per unit of its epoch's cost.
+when fewer than MIN_FINISHED trials have finished, or when any of its plausible finals
+(from the run's predictor, :mod:`hpsearch.pruning.predictor`: its score plus the gains
+of the finished trials nearest it in level, slope and hyperparameters, with a conformal
+80% interval) still reaches the incumbent (the best finished trial). It is *stopped*
+when even the best plausible final ends short of the incumbent, or when even an
+optimistic path (the guard: its peak so far plus the largest recovery a finished curve
+made from this epoch, or its own slope continued) cannot reach it. When a worker frees
+up, the core asks :meth:`CostAwarePruner.pick_resume`: while new configurations remain,
+a paused trial is resumed when it now ranks within the kept share at the epoch it paused
+at (later trials at that epoch did worse) and its interval still reaches the incumbent;
+once none remain, any with a chance to beat the incumbent; of several, the one with the
+best expected improvement over the incumbent per unit of its epoch's cost.
 
 One knob, ``aggressiveness`` (default 1): the kept share is raised to this power, so 2
 keeps about its square (cuts more, cheaper, riskier) and 0.5 its square root.
@@ -80,9 +82,6 @@ SLOPE_EPOCHS = 3
 #: slope is large against the gaps between trials. Half an IQR lets an improving trial
 #: pass its close neighbours, never jump the field.
 BONUS_CAP = 0.5
-#: The prediction interval: the 10th to 90th percentile of the gains finished trials
-#: made from the same epoch (an 80% interval; its measured calibration is in the README).
-INTERVAL = (0.1, 0.9)
 #: No stop once the epochs left are at most this share of a trial: finishing costs less
 #: than the evidence that it should not.
 FINISH_SHARE = 0.1
@@ -269,15 +268,6 @@ class Board:
         finals = [f for t in self.finished if (f := self.final(t)) is not None]
         return max(finals) if finals else None
 
-    def gains(self, epoch: int) -> list[float]:
-        """What finished trials gained from ``epoch`` to their end (score units), sorted."""
-        out = []
-        for t in self.finished:
-            curve = self.scores.get(t, {})
-            if epoch in curve:
-                out.append(curve[max(curve)] - curve[epoch])
-        return sorted(out)
-
 
 @dataclass(frozen=True)
 class Cut:
@@ -380,7 +370,7 @@ class CostAwarePolicy:
     def _ranked(self, board: Board, epoch: int) -> tuple[list[float], float, int]:
         """Sorted ranked scores at ``epoch``, the best raw score there, and how many
         trials were stopped before it (cached for one board version)."""
-        key = (board.version, epoch)
+        key = (id(board), board.version, epoch)
         hit = self._cache.get(key)
         if hit is None:
             if len(self._cache) > 256:
@@ -467,13 +457,11 @@ class CostAwarePolicy:
         score differences: invariant to the metric's scale and direction.
         """
         incumbent = board.incumbent()
-        finished = [board.scores[t] for t in board.finished if epoch in board.scores.get(t, {})]
-        if incumbent is None or len(finished) < MIN_FINISHED or epoch < GUARD_FROM:
+        recovery = self._recovery(board, epoch)
+        if incumbent is None or recovery is None or epoch < GUARD_FROM:
             return None
         curve = board.scores[trial]
         peak = max(v for e, v in curve.items() if e <= epoch)
-        recovery = max(c[max(c)] - min(v for e, v in c.items() if e >= epoch)
-                       for c in finished)
         slope_reach = board.slope(trial, epoch) * (self.max_epochs - epoch)
         optimistic = peak + GUARD_OPTIMISM * max(0.0, recovery, slope_reach)
         if optimistic >= incumbent:
@@ -484,6 +472,18 @@ class CostAwarePolicy:
             f"cannot reach the best finished trial ({sign * incumbent:.4g}): even an "
             f"optimistic path ends at {sign * optimistic:.4g} (epoch {epoch}/{self.max_epochs})",
             self._to_metric(board, predicted), self._interval_to_metric(board, interval))
+
+    def _recovery(self, board: Board, epoch: int) -> float | None:
+        """The largest recovery a finished curve made after ``epoch`` (its final minus
+        its lowest value from there), or None with fewer than MIN_FINISHED of them
+        (cached while no trial finishes: finished curves do not change)."""
+        key = ("recovery", id(board), epoch, len(board.finished))
+        if key not in self._cache:
+            finished = [board.scores[t] for t in board.finished
+                        if epoch in board.scores.get(t, {})]
+            self._cache[key] = None if len(finished) < MIN_FINISHED else max(
+                c[max(c)] - min(v for e, v in c.items() if e >= epoch) for c in finished)
+        return self._cache[key]
 
     @staticmethod
     def _to_metric(board: Board, score: float) -> float:
@@ -542,6 +542,9 @@ class CostAwarePruner:
         self._costs: dict[int, tuple[int, float | None]] = {}
         #: Trials resumed once no new configuration was left (never paused again).
         self.last_round: set[int] = set()
+        #: Paused trials found not worth resuming, with the evidence they were judged on
+        #: (finished trials, trials at their epoch, incumbent): not judged again on it.
+        self._passed_over: dict[int, tuple] = {}
 
     def restore(self, histories: "Sequence[TrialHistory]") -> None:
         """Put an earlier session's curves back on the board (paused trials stay
@@ -571,6 +574,25 @@ class CostAwarePruner:
     def _peer_costs(self, trial: int | None = None) -> list[float]:
         return [c for t in self.accountant.timing.trials if t != trial
                 and (c := self._cost(t)) is not None]
+
+    def _ratios(self):
+        """A function of a trial: its epoch cost over the median of every other trial's
+        (as :meth:`CostAwarePolicy._cost_ratio` of :meth:`_peer_costs`), from one sorted
+        list of all costs (a resume scan asks it for every paused trial)."""
+        costs = sorted(c for c in self._peer_costs() if c > 0)
+
+        def ratio(trial: int) -> float | None:
+            own = self._cost(trial)
+            if not own or own <= 0:
+                return None
+            others = list(costs)
+            if trial in self.accountant.timing.trials:
+                i = bisect.bisect_left(others, own)
+                if i < len(others) and others[i] == own:
+                    others.pop(i)
+            return own / statistics.median(others) if others else None
+
+        return ratio
 
     def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
         """Record ``trial``'s value after ``epoch`` and decide (the core fed the
@@ -624,6 +646,7 @@ class CostAwarePruner:
         board, policy = self.board, self.policy
         incumbent = board.incumbent()
         best: tuple | None = None
+        ratio_of = None
         for trial in waiting:
             paused = self.paused.get(trial)
             if paused is None:
@@ -631,18 +654,25 @@ class CostAwarePruner:
             epoch, seen = paused
             if fresh and len(board.trials_at.get(epoch, ())) <= seen:
                 continue  # nothing new at its epoch: the evidence that paused it holds
-            # Its epoch cost against its peers', as when it was paused.
-            ratio = policy._cost_ratio(self._cost(trial), self._peer_costs(trial))
-            cut = policy.cut(board, trial, epoch, ratio)
-            if cut is None or (fresh and not cut.keeps):
-                continue
+            evidence = (len(board.finished), len(board.trials_at.get(epoch, ())), incumbent)
+            if not fresh and self._passed_over.get(trial) == evidence:
+                continue  # judged on this same evidence already (the scan is per free worker)
             interval = policy.interval(board, trial, epoch)
             if interval is not None and incumbent is not None and interval[1] < incumbent:
+                self._passed_over[trial] = evidence
                 continue
             gain = policy.expected_improvement(board, trial, epoch)
             if not fresh and (gain is None or gain <= 0 or policy._guard(
                     board, trial, epoch, board.scores[trial][epoch], interval) is not None):
+                self._passed_over[trial] = evidence
                 continue  # no forecast yet, no chance, or no optimistic path: wait
+            # Its epoch cost against its peers', as when it was paused.
+            if ratio_of is None:
+                ratio_of = self._ratios()
+            ratio = ratio_of(trial)
+            cut = policy.cut(board, trial, epoch, ratio)
+            if cut is None or (fresh and not cut.keeps):
+                continue
             per_cost = 1.0 / ratio if ratio else 1.0
             # Expected improvement per cost where it can be predicted, else rank per cost;
             # ties go to the lower trial number (deterministic).

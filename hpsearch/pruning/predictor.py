@@ -86,6 +86,8 @@ class HyperparameterRanks:
 
     params: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     _ranges: dict[str, tuple[float, float, bool]] = field(default_factory=dict)
+    #: Distances by pair, valid while no range changes (new extremes soon stop coming).
+    _pairs: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     def add(self, trial: int, params: Mapping[str, Any] | None) -> None:
         if not params or trial in self.params:
@@ -94,8 +96,10 @@ class HyperparameterRanks:
         for name, value in params.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 low, high, positive = self._ranges.get(name, (math.inf, -math.inf, True))
-                self._ranges[name] = (min(low, value), max(high, value),
-                                      positive and value > 0)
+                changed = (min(low, value), max(high, value), positive and value > 0)
+                if changed != (low, high, positive):
+                    self._ranges[name] = changed
+                    self._pairs.clear()
 
     def _place(self, name: str, value: float) -> float:
         low, high, positive = self._ranges[name]
@@ -106,6 +110,13 @@ class HyperparameterRanks:
     def distance(self, a: int, b: int) -> float:
         """Mean squared difference of ``a``'s and ``b``'s encoded hyperparameters (0 to
         1; 0 when either has none)."""
+        key = (a, b) if a < b else (b, a)
+        cached = self._pairs.get(key)
+        if cached is None:
+            cached = self._pairs[key] = self._distance(a, b)
+        return cached
+
+    def _distance(self, a: int, b: int) -> float:
         pa, pb = self.params.get(a), self.params.get(b)
         if not pa or not pb:
             return 0.0
@@ -150,7 +161,8 @@ class FinalPredictor:
 
     def _examples(self, board: Any, epoch: int) -> list[tuple[int, tuple[float, float], float]]:
         """Finished trials with a score at ``epoch``: (trial, features, gain in spreads)."""
-        key = ("examples", epoch, len(board.finished), len(board.at_epoch.get(epoch, ())))
+        key = ("examples", id(board), epoch, len(board.finished),
+               len(board.at_epoch.get(epoch, ())))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -184,7 +196,8 @@ class FinalPredictor:
     def _residuals(self, board: Any, epoch: int) -> tuple[list[float], float]:
         """Leave-one-out residuals (gain minus predicted gain, spreads, sorted) of the
         examples at ``epoch``, and the typical nearest-example distance among them."""
-        key = ("residuals", epoch, len(board.finished), len(board.at_epoch.get(epoch, ())))
+        key = ("residuals", id(board), epoch, len(board.finished),
+               len(board.at_epoch.get(epoch, ())))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -203,8 +216,8 @@ class FinalPredictor:
         """``trial``'s predicted final score after ``epoch`` (score units), or None with
         fewer than ``min_examples`` finished trials seen at that epoch (or no score).
         Cached for one version of the board."""
-        if self._version != board.version:
-            self._version, self._forecasts = board.version, {}
+        if self._version != (id(board), board.version):
+            self._version, self._forecasts = (id(board), board.version), {}
         key = (trial, epoch, min_examples)
         if key not in self._forecasts:
             self._forecasts[key] = self._forecast(board, trial, epoch, min_examples)
