@@ -25,16 +25,22 @@ from .payloads import Payload
 # Checkpoints are data, not code (torch only)
 
 
-def test_a_crafted_zip_checkpoint_is_refused_without_running_it(tmp_path):
+def test_a_crafted_zip_checkpoint_is_refused_without_running_it(tmp_path, monkeypatch):
+    import posix
+
     import torch
 
     marker = tmp_path / "pwned"
     ckpt = tmp_path / "trial.ckpt"
     torch.save({"state_dict": {}, "evil": Payload(str(marker))}, ckpt)
-    # The payload is real: loading it the old way runs the command.
+    # The payload is real: loading it the old way runs the command. Unpickling looks the
+    # function up as posix.system, so the call is caught there and no shell starts (a
+    # fast test starts no process).
+    commands = []
+    monkeypatch.setattr(posix, "system", commands.append)
     torch.load(ckpt, weights_only=False)
-    assert marker.exists()
-    marker.unlink()
+    assert commands == [f"touch {marker}"]
+    monkeypatch.undo()
 
     reason = checkpoint_problem(ckpt)
     assert reason is not None and "not plain data" in reason
