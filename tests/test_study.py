@@ -37,8 +37,8 @@ RAW = {
 
 
 @pytest.fixture
-def url(tmp_path):
-    return f"sqlite:///{tmp_path / 'optuna.db'}"
+def url(new_sqlite):
+    return new_sqlite()
 
 
 def report(number: int, epoch: int, value: float, epoch_s: float = 1.0,
@@ -222,15 +222,15 @@ def ask_and_tell(recorder: StudyRecorder, n: int, tag: str) -> list[dict]:
     ("qmc", MIXED_SPACE, 3, 4),
     ("grid", GRID, 5, 7),  # the whole grid
 ])
-def test_a_resumed_study_samples_like_the_uninterrupted_one(tmp_path, sampler, space,
+def test_a_resumed_study_samples_like_the_uninterrupted_one(new_sqlite, sampler, space,
                                                            first, then):
     raw = {**RAW, "space": space, "search": {"sampler": sampler, "seed": 3}}
     config = config_mod.load(raw)
-    straight = StudyRecorder(config, f"sqlite:///{tmp_path / 'straight.db'}")
+    straight = StudyRecorder(config, new_sqlite("straight.db"))
     expected = ask_and_tell(straight, first + then, "s")
     straight.close()
 
-    url = f"sqlite:///{tmp_path / 'resumed.db'}"
+    url = new_sqlite("resumed.db")
     before = StudyRecorder(config, url)
     got = ask_and_tell(before, first, "a")
     before.close()  # the driver stops; a new session reopens the study
