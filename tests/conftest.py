@@ -24,19 +24,30 @@ def ray_cluster():
 
     from hpsearch.adapters.ray.local import LocalRay
 
+    saved = {name: os.environ.get(name)
+             for name in ("RAY_USAGE_STATS_ENABLED", "PYTHONPATH")}
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Trial processes import tests.trainables: the repo root must be on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
     )
-    # A fresh cluster, never one another process left running; protected as a run's own
-    # Ray is (loopback only, a token for this session, ended with this process), so a
-    # test's subprocess joins it with cluster.address=<its address> and the token's
-    # environment it inherits.
-    cluster = LocalRay(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                       logging_level=logging.ERROR).start()
-    yield ray
-    cluster.stop()
+    try:
+        # A fresh cluster, never one another process left running (not another pytest
+        # worker's either); protected as a run's own Ray is (loopback only, a token for
+        # this session, ended with this process), so a test's subprocess joins it with
+        # cluster.address=<its address> and the token's environment it inherits.
+        cluster = LocalRay(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                           logging_level=logging.ERROR).start()
+        try:
+            yield ray
+        finally:
+            cluster.stop()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture

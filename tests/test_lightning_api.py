@@ -309,13 +309,16 @@ def test_plans_probe_takes_a_function_and_refuses_a_bad_shape_in_one_line():
         "<locals>.bare" in message
 
 
-def test_seed_everything_seeds_every_rng_and_tells_lightning():
+def test_seed_everything_seeds_every_rng_and_tells_lightning(monkeypatch):
     import torch
 
     import random
 
     import numpy as np
 
+    # seed_everything sets both for Lightning's workers: put back what was there after.
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        monkeypatch.setenv(name, "")
     lightning_api.seed_everything(7)
     first = (random.random(), np.random.rand(), torch.rand(1).item())
     lightning_api.seed_everything(7)
