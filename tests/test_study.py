@@ -195,7 +195,7 @@ MIXED_SPACE = {
     "channels": 16,
 }
 GRID = {"opt": {"type": "categorical", "choices": ["adam", "sgd", "rmsprop"]},
-        "layers": {"type": "int", "low": 1, "high": 4}, "channels": 16}
+        "layers": {"type": "int", "low": 1, "high": 2}, "channels": 16}
 
 
 def value_of(params: dict) -> float:
@@ -220,7 +220,7 @@ def ask_and_tell(recorder: StudyRecorder, n: int, tag: str) -> list[dict]:
     ("random", MIXED_SPACE, 3, 3),
     ("cmaes", MIXED_SPACE, 4, 4),
     ("qmc", MIXED_SPACE, 3, 4),
-    ("grid", GRID, 5, 7),  # the whole grid
+    ("grid", GRID, 2, 4),  # the whole grid, resumed in the middle of it
 ])
 def test_a_resumed_study_samples_like_the_uninterrupted_one(new_sqlite, sampler, space,
                                                            first, then):
@@ -242,7 +242,7 @@ def test_a_resumed_study_samples_like_the_uninterrupted_one(new_sqlite, sampler,
     for params in got:
         assert config.space.contains(params)
     if sampler == "grid":  # every grid point once, then no crash past the grid's end
-        assert len({tuple(sorted(p.items())) for p in got}) == len(got) == 12
+        assert len({tuple(sorted(p.items())) for p in got}) == len(got) == 6
 
 
 def test_another_seed_gives_another_search(url):
