@@ -261,8 +261,8 @@ def _billed_study(url: str, name: str, ledger_id: str | None) -> None:
 
 
 @pytest.mark.parametrize("ledger_id", ["0" * 32, None], ids=["owned", "from_before_ids"])
-def test_a_second_run_dir_on_a_shared_study_is_refused(tmp_path, ledger_id):
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+def test_a_second_run_dir_on_a_shared_study_is_refused(tmp_path, new_sqlite, ledger_id):
+    url = new_sqlite("shared.db")
     _billed_study(url, SPACE["name"], ledger_id)
     with pytest.raises(ConfigError) as info:
         hpsearch.run({**REFUSED, "storage": url}, run_dir=tmp_path / "second", emit=None)
@@ -306,7 +306,7 @@ def test_disk_full_message_names_the_path_and_the_way_out(tmp_path, monkeypatch)
 # A driver killed while Optuna was suggesting a trial's params
 
 
-def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(tmp_path):
+def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(new_sqlite):
     import optuna
 
     from hpsearch.spec import config as config_mod
@@ -317,7 +317,7 @@ def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(tmp_path):
         "lr": {"type": "float", "low": 1.0e-3, "high": 0.05, "log": True},
         "hidden": {"type": "int", "low": 16, "high": 64},
         "opt": {"type": "categorical", "choices": ["adam", "sgd"]}}}
-    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    url = new_sqlite()
     study = optuna.create_study(storage=url, study_name=raw["name"], direction="maximize")
     study.enqueue_trial({"lr": 0.01, "hidden": 32, "opt": "sgd"})
     trial = study.ask()  # popped, RUNNING ...
