@@ -623,13 +623,11 @@ def _prepare(source, overrides, run_dir, backend, trainable,
 def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
          trainable) -> RunResult:
     """:func:`run`'s work, inside the process state it restores."""
-    from hpsearch.money import pricing
     from hpsearch.money.ledger import Ledger
 
     out = emit or (lambda line: None)
     ready = _prepare(source, overrides, run_dir, backend, trainable, out)
-    config, run_path, url, gpu = ready.config, ready.run_path, ready.url, ready.gpu
-    checkpoints = ready.checkpoints
+    config, run_path = ready.config, ready.run_path
     # The lock comes first, so that a second driver is refused at once, before it
     # starts Ray or reads anything. A run dir made only to hold it is removed again if
     # the run cannot start (bad input writes nothing).
@@ -641,52 +639,75 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     try:
         lock.acquire()
         ledger = Ledger(run_path / LEDGER_FILE, currency=ready.currency)  # reads only
-        continuing = _check_existing_study(config, url, ledger, run_path)
+        continuing = _check_existing_study(config, ready.url, ledger, run_path)
         ray_session = _RaySession(config.cluster.address)
         with ray_session as ray:
-            nodes = ray.nodes()
-            check_fits(config, nodes)
-            price = _trial_price(config, pricing.resolve(
-                config, node_cpus=_largest_node_cpus(nodes), gpu=gpu), nodes)
-            concurrency = _concurrency(config, ray.cluster_resources())
-            # Every node must reach the checkpoints before anything is spent.
-            checkpoints.check(nodes if ray_session.is_cluster(nodes) else None)
+            price, concurrency = _fit_to_cluster(ready, ray, ray_session)
             started = True
-            try:
-                with signals:
-                    handler = _attach_log(run_path)
-                    try:
-                        session = _Session(config, run_path, url, price, ledger, out,
-                                           ready.backend, signals, gpu, ready.started_s,
-                                           checkpoints)
-                        return session.run(continuing, concurrency, progress_interval_s)
-                    finally:
-                        _detach_log(handler)
-                        checkpoints.close()
-            except KeyboardInterrupt:
-                # Ctrl-C (or SIGTERM) outside Tune's loop: nothing is left half done.
-                raise RunInterrupted(_interrupted_text(run_path),
-                                     signals.exit_code) from None
-            except Exception as exc:
-                full = _disk_full(exc, run_path, url)
-                if full is None:
-                    raise
-                raise full from None
+            return _search(ready, price, ledger, continuing, concurrency, signals, out,
+                           progress_interval_s)
     except KeyboardInterrupt:
         if not started:
-            if lock.held and made:
-                lock.release()
-                _remove_made(run_path, made)
+            _undo_start(lock, made, run_path)
             raise
         # A second Ctrl-C while Ray shuts down: the session is already settled.
         raise RunInterrupted(_interrupted_text(run_path), signals.exit_code) from None
     except BaseException:
-        if not started and lock.held and made:
-            lock.release()
-            _remove_made(run_path, made)
+        if not started:
+            _undo_start(lock, made, run_path)
         raise
     finally:
         lock.release()
+
+
+def _fit_to_cluster(ready: _Prepared, ray, ray_session: _RaySession) -> tuple[Any, int]:
+    """``(trial price, concurrency)`` on the Ray the run got, after checking that a
+    trial fits one of its nodes and that every node reaches the checkpoints: all before
+    anything is spent."""
+    from hpsearch.money import pricing
+
+    config = ready.config
+    nodes = ray.nodes()
+    check_fits(config, nodes)
+    price = _trial_price(config, pricing.resolve(
+        config, node_cpus=_largest_node_cpus(nodes), gpu=ready.gpu), nodes)
+    concurrency = _concurrency(config, ray.cluster_resources())
+    ready.checkpoints.check(nodes if ray_session.is_cluster(nodes) else None)
+    return price, concurrency
+
+
+def _search(ready: _Prepared, price, ledger, continuing: bool, concurrency: int,
+            signals: _Signals, out: Callable[[str], None],
+            progress_interval_s: float) -> RunResult:
+    """The search itself, with the run's signal handlers and log file in place; Ctrl-C
+    and a full disk become :class:`RunInterrupted` and :class:`~faults.DiskFull`."""
+    run_path = ready.run_path
+    try:
+        with signals:
+            handler = _attach_log(run_path)
+            try:
+                session = _Session(ready.config, run_path, ready.url, price, ledger, out,
+                                   ready.backend, signals, ready.gpu, ready.started_s,
+                                   ready.checkpoints)
+                return session.run(continuing, concurrency, progress_interval_s)
+            finally:
+                _detach_log(handler)
+                ready.checkpoints.close()
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGTERM) outside Tune's loop: nothing is left half done.
+        raise RunInterrupted(_interrupted_text(run_path), signals.exit_code) from None
+    except Exception as exc:
+        full = _disk_full(exc, run_path, ready.url)
+        if full is None:
+            raise
+        raise full from None
+
+
+def _undo_start(lock: faults.RunLock, made: list[Path], run_path: Path) -> None:
+    """A run that could not start leaves no run dir it made only to hold the lock."""
+    if lock.held and made:
+        lock.release()
+        _remove_made(run_path, made)
 
 
 def _missing_dirs(path: Path) -> list[Path]:

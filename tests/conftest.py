@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.abc
+import importlib.machinery
 import logging
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,19 +24,30 @@ def ray_cluster():
 
     from hpsearch.adapters.ray.local import LocalRay
 
+    saved = {name: os.environ.get(name)
+             for name in ("RAY_USAGE_STATS_ENABLED", "PYTHONPATH")}
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Trial processes import tests.trainables: the repo root must be on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
     )
-    # A fresh cluster, never one another process left running; protected as a run's own
-    # Ray is (loopback only, a token for this session, ended with this process), so a
-    # test's subprocess joins it with cluster.address=<its address> and the token's
-    # environment it inherits.
-    cluster = LocalRay(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                       logging_level=logging.ERROR).start()
-    yield ray
-    cluster.stop()
+    try:
+        # A fresh cluster, never one another process left running (not another pytest
+        # worker's either); protected as a run's own Ray is (loopback only, a token for
+        # this session, ended with this process), so a test's subprocess joins it with
+        # cluster.address=<its address> and the token's environment it inherits.
+        cluster = LocalRay(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                           logging_level=logging.ERROR).start()
+        try:
+            yield ray
+        finally:
+            cluster.stop()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture
@@ -40,26 +57,197 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
+#: A RAM disk where the machine has one: SQLite commits there skip the disk's fsync,
+#: which dominates the fast tests' studies (about 8 ms a commit, far more on a busy disk).
+RAM_DISK = Path("/dev/shm")
+
+
+@pytest.fixture
+def fast_dir(tmp_path):
+    """A fresh folder of this test's own on a RAM disk (``tmp_path`` where there is none),
+    removed after the test: for files written often and read back at once (SQLite
+    studies), whose fsync on a real disk costs more than the test itself."""
+    if not (RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)):
+        yield tmp_path
+        return
+    path = Path(tempfile.mkdtemp(prefix="hpsearch-test-", dir=RAM_DISK))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _empty_optuna_db(tmp_path_factory) -> Path:
+    """An SQLite file with Optuna's schema and no study, made by Optuna once a session."""
+    import optuna
+
+    path = tmp_path_factory.mktemp("optuna-schema") / "empty.db"
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+    storage.remove_session()
+    storage.engine.dispose()
+    return path
+
+
+@pytest.fixture
+def new_sqlite(fast_dir, _empty_optuna_db):
+    """``new_sqlite(name)``: the URL of a new SQLite storage in :func:`fast_dir`, its
+    schema already made (a copy of :func:`_empty_optuna_db`: creating Optuna's tables
+    costs about 0.1 s of CPU a file). For tests of what is stored, not of how a file is
+    first created."""
+
+    def make(name: str = "optuna.db") -> str:
+        path = fast_dir / name
+        shutil.copyfile(_empty_optuna_db, path)
+        return f"sqlite:///{path}"
+
+    return make
+
+
 class FastTestLeftItsLane(AssertionError):
     """A test not marked ``slow`` started a subprocess or a Ray cluster."""
 
 
-@pytest.fixture(autouse=True)
-def _fast_tests_stay_in_process(request, monkeypatch):
-    """``pytest -m "not slow"`` starts no subprocess and no Ray: a test that needs either
-    is marked ``slow`` (CI runs those too). Enforced here, so a new test cannot slip."""
-    if request.node.get_closest_marker("slow") is not None:
+class _Lane:
+    """Which fast test runs now (None: a slow one, or between tests), and what it tried.
+
+    ``pytest -m "not slow"`` starts no subprocess and no Ray: a test that needs either is
+    marked ``slow`` (CI runs those too). The guards below are installed once per session
+    and let everything through while no fast test runs; each refusal is also remembered,
+    so a test whose code swallows the error (``except Exception``) still fails.
+    """
+
+    test: str | None = None
+    tried: list[str] = []
+
+    @classmethod
+    def refuse(cls, what: str) -> None:
+        if cls.test is None:
+            return
+        cls.tried.append(what)
+        raise FastTestLeftItsLane(f"{cls.test} {what}: mark it @pytest.mark.slow")
+
+
+# Every process a Python program starts goes through one of these: subprocess.Popen
+# (and asyncio's subprocesses, which use it), os.fork (multiprocessing's "fork"),
+# os.posix_spawn, os.system, os.exec*, os.spawn*: all raise audit events.
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn",
+                             "os.spawn", "os.exec", "os.system"})
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event in _PROCESS_EVENTS and _Lane.test is not None:
+        _Lane.refuse(f"starts a subprocess ({event})")
+
+
+sys.addaudithook(_audit)
+
+
+def _guard_fork_exec() -> None:
+    """multiprocessing's "spawn" and "forkserver" start interpreters through
+    ``_posixsubprocess.fork_exec``, which raises no audit event: guard it by name (both
+    ``subprocess`` and ``multiprocessing.util`` look it up on the module at each call)."""
+    import _posixsubprocess
+
+    original = _posixsubprocess.fork_exec
+
+    @functools.wraps(original)
+    def fork_exec(*args, **kwargs):
+        _Lane.refuse("starts a subprocess (fork_exec)")
+        return original(*args, **kwargs)
+
+    _posixsubprocess.fork_exec = fork_exec
+
+
+_guard_fork_exec()
+
+
+def _guard_ray_init(ray) -> None:
+    """``ray.init`` refuses while a fast test runs: joining a running cluster starts no
+    process, so the process guards alone would miss it."""
+    original = ray.init
+    if getattr(original, "lane_guard", False):
         return
-    import subprocess
 
-    def refuse(*args, **kwargs):
-        raise FastTestLeftItsLane(
-            f"{request.node.nodeid} starts a subprocess: mark it @pytest.mark.slow")
+    @functools.wraps(original)
+    def init(*args, **kwargs):
+        _Lane.refuse("starts or joins Ray (ray.init)")
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
-    monkeypatch.setattr(os, "fork", refuse, raising=False)
+    init.lane_guard = True
+    ray.init = init
+
+
+class _GuardRayOnImport(importlib.abc.MetaPathFinder):
+    """Guards ``ray.init`` as soon as ``ray`` is imported, without importing it here
+    (about 0.4 s that a fast test file which never touches Ray should not pay)."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "ray":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_guard(module):
+            exec_module(module)
+            _guard_ray_init(module)
+
+        spec.loader.exec_module = exec_and_guard
+        return spec
+
+
+if "ray" in sys.modules:
+    _guard_ray_init(sys.modules["ray"])
+sys.meta_path.insert(0, _GuardRayOnImport())
+
+
+def _is_fast(item) -> bool:
+    return item.get_closest_marker("slow") is None
+
+
+def _left_its_lane(nodeid: str) -> FastTestLeftItsLane | None:
+    """The refusal a fast test swallowed (its code caught the error), once; else None."""
+    tried, _Lane.tried = _Lane.tried, []
+    return FastTestLeftItsLane(f"{nodeid} {tried[0]}: mark it @pytest.mark.slow") \
+        if tried else None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    """Arm the lane before any fixture of a fast test is set up (a module- or
+    session-scoped fixture that starts a process counts against the test using it)."""
+    _Lane.test = item.nodeid if _is_fast(item) else None
+    _Lane.tried = []
     try:
-        import ray
-    except ImportError:  # pragma: no cover - ray is a dependency
-        return
-    monkeypatch.setattr(ray, "init", lambda *a, **k: refuse())
+        return (yield)
+    except BaseException:
+        _Lane.tried = []  # reported already: the refusal, or what it caused
+        raise
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A refusal the test's code caught still fails the test, in its own report."""
+    try:
+        result = yield
+    except BaseException:
+        _Lane.tried = []  # reported already: the refusal, or what it caused
+        raise
+    error = _left_its_lane(item.nodeid)
+    if error is not None:
+        raise error
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_stay_in_process(request):
+    """Fails a fast test whose fixtures started (or tried to start) a subprocess or Ray
+    and caught the refusal; disarms the lane before the module and session fixtures are
+    torn down (a slow test's Ray cluster stops without a guard)."""
+    yield
+    error = _left_its_lane(request.node.nodeid)
+    _Lane.test = None
+    if error is not None:
+        pytest.fail(str(error), pytrace=False)

@@ -411,14 +411,14 @@ def test_writable_probe_leaves_nothing_behind(tmp_path):
     assert tree(tmp_path) == ["f"]
 
 
-def test_rdb_error_opens_existing_sqlite_studies_without_writing(tmp_path):
+def test_rdb_error_opens_existing_sqlite_studies_without_writing(tmp_path, new_sqlite):
     import optuna
 
     from hpsearch.adapters.system import rdb_error
 
     empty = tmp_path / "empty.db"
     assert rdb_error(f"sqlite:///{empty}") is None
-    url = f"sqlite:///{tmp_path / 'study.db'}"
+    url = new_sqlite("study.db")
     optuna.create_study(storage=url, study_name="s")
     assert rdb_error(url) is None
     import sqlite3

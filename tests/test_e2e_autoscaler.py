@@ -51,7 +51,9 @@ from pathlib import Path
 import psutil
 
 work, space_json = Path(sys.argv[1]), sys.argv[2]
-MARK = "hps-autoscaler-test"
+# Unique to this script's run: reap() below ends every process on the machine that
+# carries the mark (PIDs are not in the namespace's keeping), a concurrent run's too.
+MARK = f"hps-autoscaler-test-{os.getpid()}"
 FAKE_HEAD = "f" * 51 + "00000"   # FakeMultiNodeProvider's head node id
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 PORT = 6379

@@ -6,7 +6,7 @@ whole GPUs; the ranks are real processes here too.
 
 from __future__ import annotations
 
-import subprocess
+import os
 
 import pytest
 from optuna.trial import TrialState
@@ -29,9 +29,24 @@ def ddp_trial(name: str, tmp) -> dict:
 
 
 def rank_processes() -> list[str]:
-    found = subprocess.run(["pgrep", "-af", "hpsearch.adapters.trial.ddp_rank"],
-                           capture_output=True, text=True)
-    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+    """The DDP rank processes of this session's Ray (they carry its mark in their
+    environment): another pytest worker's or another user's ranks are not ours."""
+    import psutil
+
+    from hpsearch.adapters.ray.local import MARK_ENV
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "hpsearch.adapters.trial.ddp_rank" not in cmdline:
+            continue
+        try:
+            ours = proc.environ().get(MARK_ENV) == os.environ[MARK_ENV]
+        except psutil.Error:
+            continue  # ended meanwhile
+        if ours:
+            found.append(f"{proc.pid} {cmdline}")
+    return found
 
 
 def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):

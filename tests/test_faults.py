@@ -41,6 +41,16 @@ SPACE = {
 }
 
 
+def never_built(params):
+    """The trainable of :data:`REFUSED`: it fails loudly if a trial were ever built."""
+    raise AssertionError("the run should have been refused before any trial started")
+
+
+#: SPACE for runs refused before any trial starts, in process: a trainable whose module
+#: imports neither torch nor Lightning (importing the digits example costs about 3 s).
+REFUSED = {**SPACE, "trainable": "tests.test_faults:never_built"}
+
+
 def tree(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file below ``folder`` with its size and modification time."""
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
@@ -193,7 +203,7 @@ def test_a_torn_middle_line_refuses_the_run_and_says_how_to_repair(tmp_path):
     run_dir = _damaged_run_dir(tmp_path)
     before = tree(run_dir)
     with pytest.raises(LedgerCorrupt) as info:
-        hpsearch.run(SPACE, run_dir=run_dir, emit=None)
+        hpsearch.run(REFUSED, run_dir=run_dir, emit=None)
     assert info.value.exit_code == EXIT_CONFIG
     assert f"ledger.jsonl:3: corrupt ledger line" in str(info.value)
     assert f"python -m hpsearch repair {run_dir}" in str(info.value)
@@ -241,7 +251,7 @@ def _billed_study(url: str, name: str, ledger_id: str | None) -> None:
     study = optuna.create_study(storage=url, study_name=name, direction="maximize")
     from hpsearch.spec import config as config_mod
 
-    study.set_user_attr(keys.ATTR_CONFIG, config_mod.load(SPACE).to_dict())
+    study.set_user_attr(keys.ATTR_CONFIG, config_mod.load(REFUSED).to_dict())
     if ledger_id is not None:
         study.set_user_attr(keys.ATTR_LEDGER_ID, ledger_id)
         study.set_user_attr(keys.ATTR_RUN_DIR, "/somewhere/else")
@@ -251,11 +261,11 @@ def _billed_study(url: str, name: str, ledger_id: str | None) -> None:
 
 
 @pytest.mark.parametrize("ledger_id", ["0" * 32, None], ids=["owned", "from_before_ids"])
-def test_a_second_run_dir_on_a_shared_study_is_refused(tmp_path, ledger_id):
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+def test_a_second_run_dir_on_a_shared_study_is_refused(tmp_path, new_sqlite, ledger_id):
+    url = new_sqlite("shared.db")
     _billed_study(url, SPACE["name"], ledger_id)
     with pytest.raises(ConfigError) as info:
-        hpsearch.run({**SPACE, "storage": url}, run_dir=tmp_path / "second", emit=None)
+        hpsearch.run({**REFUSED, "storage": url}, run_dir=tmp_path / "second", emit=None)
     text = str(info.value)
     assert text.startswith(f"storage: study '{SPACE['name']}' cannot be run from ")
     assert ("belongs to run dir /somewhere/else" if ledger_id
@@ -296,7 +306,7 @@ def test_disk_full_message_names_the_path_and_the_way_out(tmp_path, monkeypatch)
 # A driver killed while Optuna was suggesting a trial's params
 
 
-def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(tmp_path):
+def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(new_sqlite):
     import optuna
 
     from hpsearch.spec import config as config_mod
@@ -307,7 +317,7 @@ def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(tmp_path):
         "lr": {"type": "float", "low": 1.0e-3, "high": 0.05, "log": True},
         "hidden": {"type": "int", "low": 16, "high": 64},
         "opt": {"type": "categorical", "choices": ["adam", "sgd"]}}}
-    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    url = new_sqlite()
     study = optuna.create_study(storage=url, study_name=raw["name"], direction="maximize")
     study.enqueue_trial({"lr": 0.01, "hidden": 32, "opt": "sgd"})
     trial = study.ask()  # popped, RUNNING ...

@@ -57,8 +57,8 @@ def test_result_and_attribute_round_trips_leave_unknown_figures_out():
 
 
 @pytest.fixture
-def url(tmp_path):
-    return f"sqlite:///{tmp_path / 'optuna.db'}"
+def url(new_sqlite):
+    return new_sqlite()
 
 
 def gpu(attempt: str, util: float, seconds: float, mem: float) -> dict:

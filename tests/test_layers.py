@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
-def imports(name: str) -> list[tuple[str, list[str], int]]:
+@functools.cache  # every test walks the same sources: parse each module once
+def imports(name: str) -> tuple[tuple[str, tuple[str, ...], int], ...]:
     """``(imported module, names imported from it, line)`` of every hpsearch import."""
     tree = ast.parse(MODULES[name].read_text())
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
@@ -47,7 +49,7 @@ def imports(name: str) -> list[tuple[str, list[str], int]]:
         if id(node) in typing_only:
             continue  # annotations only: no import at run time
         if isinstance(node, ast.Import):
-            out += [(a.name, [], node.lineno) for a in node.names
+            out += [(a.name, (), node.lineno) for a in node.names
                     if a.name.split(".")[0] == "hpsearch"]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -56,14 +58,14 @@ def imports(name: str) -> list[tuple[str, list[str], int]]:
                                 + ([base] if base else []))
             if base.split(".")[0] != "hpsearch":
                 continue
-            names = [a.name for a in node.names]
+            names = tuple(a.name for a in node.names)
             # ``from hpsearch.money import ledger`` imports the module hpsearch.money.ledger
             submodules = [f"{base}.{n}" for n in names if f"{base}.{n}" in MODULES]
-            others = [n for n in names if f"{base}.{n}" not in MODULES]
+            others = tuple(n for n in names if f"{base}.{n}" not in MODULES)
             if others:
                 out.append((base, others, node.lineno))
-            out += [(m, [], node.lineno) for m in submodules]
-    return out
+            out += [(m, (), node.lineno) for m in submodules]
+    return tuple(out)
 
 
 def under(name: str, prefixes: tuple[str, ...]) -> bool:

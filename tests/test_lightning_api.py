@@ -1,7 +1,8 @@
 """The contract with the trainable's Lightning code: which package, which data shape,
 which checkpoints load (hpsearch.adapters.trial.lightning_api and the runner's prepare).
 
-Checkpoint checks need torch only; anything that builds Lightning objects is slow.
+Every test here needs torch (checkpoints are torch files; importing torch alone takes
+about 1.2 s, a twentieth of the whole fast set) or builds Lightning objects: all are slow.
 """
 
 from __future__ import annotations
@@ -21,20 +22,28 @@ from hpsearch.adapters.trial.lightning_api import (CHECKPOINT_GLOBALS, RESUME_KE
 
 from .payloads import Payload
 
+pytestmark = pytest.mark.slow
+
 # ---------------------------------------------------------------------------------------
 # Checkpoints are data, not code (torch only)
 
 
-def test_a_crafted_zip_checkpoint_is_refused_without_running_it(tmp_path):
+def test_a_crafted_zip_checkpoint_is_refused_without_running_it(tmp_path, monkeypatch):
+    import posix
+
     import torch
 
     marker = tmp_path / "pwned"
     ckpt = tmp_path / "trial.ckpt"
     torch.save({"state_dict": {}, "evil": Payload(str(marker))}, ckpt)
-    # The payload is real: loading it the old way runs the command.
+    # The payload is real: loading it the old way runs the command. Unpickling looks the
+    # function up as posix.system, so the call is caught there and no shell starts (a
+    # fast test starts no process).
+    commands = []
+    monkeypatch.setattr(posix, "system", commands.append)
     torch.load(ckpt, weights_only=False)
-    assert marker.exists()
-    marker.unlink()
+    assert commands == [f"touch {marker}"]
+    monkeypatch.undo()
 
     reason = checkpoint_problem(ckpt)
     assert reason is not None and "not plain data" in reason
@@ -134,7 +143,6 @@ def _fit_and_save(package: str, tmp_path: Path, precision: str, optimizer: str) 
     return path
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("package", ["lightning", "pytorch_lightning"])
 @pytest.mark.parametrize("precision, optimizer", [("32-true", "adam"),
                                                   ("bf16-mixed", "sgd"),
@@ -159,7 +167,6 @@ def test_trial_checkpoints_hold_only_the_allowed_globals_and_load_as_data(
 # Which package, which shape (Lightning)
 
 
-@pytest.mark.slow
 def test_the_flavour_comes_from_the_class():
     import torch
 
@@ -192,7 +199,6 @@ def _shape_error(returned) -> str:
     return message
 
 
-@pytest.mark.slow
 def test_the_three_shapes_are_understood():
     import torch
 
@@ -210,7 +216,6 @@ def test_the_three_shapes_are_understood():
     assert built.api.name == "lightning.pytorch"
 
 
-@pytest.mark.slow
 def test_what_is_not_a_shape_is_one_line_with_its_type_and_length():
     from hpsearch.examples.digits import DigitsData, DigitsMLP
 
@@ -230,7 +235,6 @@ def test_what_is_not_a_shape_is_one_line_with_its_type_and_length():
         "lightning.pytorch: import one Lightning package in both" in mixed
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["datamodule", "loaders", "module"])
 def test_the_batch_size_is_halved_where_the_shape_allows(shape):
     """A ``batch_size`` param is halved by rebuilding (every shape); without it, the
@@ -271,7 +275,6 @@ def test_the_batch_size_is_halved_where_the_shape_allows(shape):
         assert holder.batch_size == 64
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["datamodule", "loaders", "module"])
 def test_plans_probe_measures_every_shape(shape):
     from hpsearch.adapters.trial.probe import probe
@@ -284,7 +287,6 @@ def test_plans_probe_measures_every_shape(shape):
     assert figures.activations_bytes > 0 and figures.optimizer == "Adam"
 
 
-@pytest.mark.slow
 def test_plans_probe_takes_a_function_and_refuses_a_bad_shape_in_one_line():
     from hpsearch.adapters.trial.probe import probe
     from hpsearch.errors import ConfigError
@@ -303,13 +305,16 @@ def test_plans_probe_takes_a_function_and_refuses_a_bad_shape_in_one_line():
         "<locals>.bare" in message
 
 
-def test_seed_everything_seeds_every_rng_and_tells_lightning():
+def test_seed_everything_seeds_every_rng_and_tells_lightning(monkeypatch):
     import torch
 
     import random
 
     import numpy as np
 
+    # seed_everything sets both for Lightning's workers: put back what was there after.
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        monkeypatch.setenv(name, "")
     lightning_api.seed_everything(7)
     first = (random.random(), np.random.rand(), torch.rand(1).item())
     lightning_api.seed_everything(7)

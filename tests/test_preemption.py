@@ -118,11 +118,17 @@ class Metadata(http.server.BaseHTTPRequestHandler):
     """AWS's spot/instance-action on 127.0.0.1: 404 until ``armed``, then a notice."""
 
     armed = threading.Event()
+    #: Set once the endpoint has answered 404 twice (the poller kept polling).
+    refused_twice = threading.Event()
+    refusals = 0
 
     def do_GET(self):  # noqa: N802 - http.server's name
         if not self.armed.is_set():
             self.send_response(404)
             self.end_headers()
+            Metadata.refusals += 1
+            if Metadata.refusals >= 2:
+                self.refused_twice.set()
             return
         body = b'{"action": "terminate"}'
         self.send_response(200)
@@ -137,14 +143,15 @@ class Metadata(http.server.BaseHTTPRequestHandler):
 @pytest.mark.timeout(30)
 def test_the_poller_sets_the_notice_when_the_metadata_says_so():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metadata)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A short poll interval: shutdown() waits for serve_forever's next poll (0.5 s).
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/latest/meta-data/spot/instance-action"
     notice = Notice()
     poller = NoticePoller(url, 0.05, notice, grace_s=120.0)
     try:
         poller.start()
-        time.sleep(0.3)
-        assert not notice.is_set()
+        assert Metadata.refused_twice.wait(10)
+        assert not notice.is_set()  # two answers without a notice set nothing
         Metadata.armed.set()
         deadline = time.monotonic() + 10
         while not notice.is_set() and time.monotonic() < deadline:
@@ -156,6 +163,8 @@ def test_the_poller_sets_the_notice_when_the_metadata_says_so():
         server.shutdown()
         server.server_close()
         Metadata.armed.clear()
+        Metadata.refused_twice.clear()
+        Metadata.refusals = 0
 
 
 def test_an_unreachable_endpoint_counts_errors_and_sets_nothing():

@@ -7,6 +7,7 @@ tests/test_e2e_netsec.py.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -41,6 +42,12 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(),
 ])
 def test_is_loopback_address(address, expected):
     assert is_loopback_address(address) is expected
+
+
+#: The marks of the stand-in runs, unique to this session: reap() and the watchdog end
+#: every process on the machine that carries the mark, so a fixed name would reach the
+#: stand-ins of a concurrent session (another pytest worker, another checkout's tests).
+RUN = {name: f"run-{name}-{os.getpid()}-{secrets.token_hex(4)}" for name in "abcdef"}
 
 
 def _sleeper(mark: str | None = None, cwd: Path | None = None,
@@ -84,20 +91,20 @@ def test_run_pids_finds_the_marked_and_the_session_writers(tmp_path, procs):
     session = tmp_path / "session_1"
     (session / "logs").mkdir(parents=True)
     log = session / "logs" / "agent.out"
-    marked = _sleeper("run-a")
+    marked = _sleeper(RUN["a"])
     writer = _sleeper(write_to=log)
-    other_run = _sleeper("run-b")
+    other_run = _sleeper(RUN["b"])
     unmarked = _sleeper()
     reader = _reader(log)
     procs += [marked, writer, other_run, unmarked, reader]
 
-    assert set(run_pids("run-a")) >= {marked.pid}
-    assert writer.pid not in run_pids("run-a")  # no session folder given: the mark only
-    found = set(run_pids("run-a", [str(session)]))
+    assert set(run_pids(RUN["a"])) >= {marked.pid}
+    assert writer.pid not in run_pids(RUN["a"])  # no session folder given: the mark only
+    found = set(run_pids(RUN["a"], [str(session)]))
     assert {marked.pid, writer.pid} <= found
     assert not {other_run.pid, unmarked.pid, reader.pid} & found
     assert os.getpid() not in found
-    assert marked.pid in run_pids("run-a", [str(session) + "/"])  # trailing slash
+    assert marked.pid in run_pids(RUN["a"], [str(session) + "/"])  # trailing slash
 
 
 @pytest.mark.slow
@@ -110,13 +117,13 @@ def test_reap_ends_the_run_and_spares_the_rest(tmp_path, procs):
     stubborn = subprocess.Popen([sys.executable, "-c", stubborn_code], env=env)
     while not (session / "x.log").exists():
         time.sleep(0.02)
-    marked = _sleeper("run-c")
-    spared = _sleeper("run-c")
-    bystander = _sleeper("run-d")
+    marked = _sleeper(RUN["c"])
+    spared = _sleeper(RUN["c"])
+    bystander = _sleeper(RUN["d"])
     procs += [stubborn, marked, spared, bystander]
 
     started = time.monotonic()
-    signalled = reap("run-c", [str(session)], spare=(spared.pid,), grace_s=0.5)
+    signalled = reap(RUN["c"], [str(session)], spare=(spared.pid,), grace_s=0.5)
     elapsed = time.monotonic() - started
 
     assert set(signalled) == {stubborn.pid, marked.pid}
@@ -124,7 +131,7 @@ def test_reap_ends_the_run_and_spares_the_rest(tmp_path, procs):
     assert stubborn.wait(timeout=5) == -signal.SIGKILL  # it ignored SIGTERM
     assert spared.poll() is None and bystander.poll() is None
     assert elapsed < 5
-    assert reap("run-c", [str(session)], spare=(spared.pid,), grace_s=0.5) == []
+    assert reap(RUN["c"], [str(session)], spare=(spared.pid,), grace_s=0.5) == []
 
 
 def _watchdog(mark: str, secrets_dir: Path) -> subprocess.Popen:
@@ -143,9 +150,9 @@ def test_the_watchdog_waits_for_its_pipe_then_ends_the_run(tmp_path, procs):
     session = tmp_path / "session_3"
     session.mkdir()
     writer = _sleeper(write_to=session / "raylet.out")
-    marked = _sleeper("run-e")
+    marked = _sleeper(RUN["e"])
     bystander = _sleeper()
-    watchdog = _watchdog("run-e", secrets_dir)
+    watchdog = _watchdog(RUN["e"], secrets_dir)
     procs += [writer, marked, bystander, watchdog]
     watchdog.stdin.write(f"session {session}\n".encode())
     watchdog.stdin.flush()
@@ -168,13 +175,13 @@ def test_a_sigkilled_parent_sets_the_watchdog_off(tmp_path, procs):
     """The watchdog's pipe belongs to a 'driver' that dies by SIGKILL."""
     secrets_dir = tmp_path / "secrets"
     secrets_dir.mkdir(mode=0o700)
-    marked = _sleeper("run-f")
+    marked = _sleeper(RUN["f"])
     procs.append(marked)
     driver_code = (
         "import subprocess, sys, time\n"
         "w = subprocess.Popen([sys.executable, '-c', "
         "'from hpsearch.adapters.ray.local import watch; watch()', "
-        f"'run-f', {str(secrets_dir)!r}], stdin=subprocess.PIPE)\n"
+        f"{RUN['f']!r}, {str(secrets_dir)!r}], stdin=subprocess.PIPE)\n"
         "print(w.pid, flush=True)\n"
         "time.sleep(60)\n")
     env = {k: v for k, v in os.environ.items() if k not in RUN_ENV}

@@ -622,8 +622,8 @@ def test_a_param_missing_from_some_trials_gives_empty_cells(tmp_path):
         in page
 
 
-def test_load_results_reads_a_conditional_study(tmp_path):
-    url = f"sqlite:///{tmp_path / 'cond.db'}"
+def test_load_results_reads_a_conditional_study(new_sqlite, tmp_path):
+    url = new_sqlite("cond.db")
     study = optuna.create_study(storage=url, study_name="cond", direction="maximize")
     choice = optuna.distributions.CategoricalDistribution(["sgd", "adam"])
     for optimizer in ("sgd", "adam"):
@@ -720,8 +720,8 @@ def make_study(url: str, name: str, running: bool = True) -> optuna.Study:
     return study
 
 
-def test_load_results_reads_a_run_in_progress(tmp_path):
-    run_dir = tmp_path / "run"
+def test_load_results_reads_a_run_in_progress(fast_dir):
+    run_dir = fast_dir / "run"
     run_dir.mkdir()
     make_study(f"sqlite:///{run_dir / 'optuna.db'}", "live")
     frame = hpsearch.load_results(run_dir)
@@ -734,10 +734,10 @@ def test_load_results_reads_a_run_in_progress(tmp_path):
     assert frame.attrs["summary"]["n_by_state"]["RUNNING"] == 1
 
 
-def test_the_study_is_chosen_by_name_run_dir_or_storage(tmp_path):
+def test_the_study_is_chosen_by_name_run_dir_or_storage(fast_dir):
     from hpsearch.adapters.optuna.results import load_report
 
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    url = f"sqlite:///{fast_dir / 'shared.db'}"
     make_study(url, "alpha", running=False)
     make_study(url, "beta", running=False)
     with pytest.raises(ConfigError, match=r"--study: .*holds 2 studies; choose one of: "
@@ -749,7 +749,7 @@ def test_the_study_is_chosen_by_name_run_dir_or_storage(tmp_path):
     assert len(hpsearch.load_results(url, study="beta")) == 2
 
     # A run dir whose space.yaml names another storage reads it, and its own study.
-    run_dir = tmp_path / "beta-run"
+    run_dir = fast_dir / "beta-run"
     run_dir.mkdir()
     (run_dir / "space.yaml").write_text(f"name: beta\nstorage: {url}\n")
     report_obj, source = load_report(run_dir)

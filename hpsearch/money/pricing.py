@@ -186,8 +186,6 @@ def resolve(config: Config, node_cpus: float | None = None,
             price, or a currency that differs from the row's.
         ValueError: ``pricing.instance`` is ``auto`` and ``gpu`` was not given.
     """
-    from hpsearch.money import nodekinds
-
     pricing = config.pricing
     if pricing.price_per_hour is not None:
         return Price(pricing.price_per_hour, pricing.currency, "custom", False,
@@ -203,11 +201,7 @@ def resolve(config: Config, node_cpus: float | None = None,
             pricing.currency,
         )
     if spot is None:
-        spot = pricing.spot
-        if spot == "auto":
-            spot, _ = nodekinds.choose_spot(
-                offer.spot_per_hour, offer.on_demand_per_hour,
-                preemption_rate(config, offer), AUTO_LOST_S, AUTO_RESTART_S)
+        spot = _configured_spot(config, offer)
     instance_price = offer.instance_price_per_hour(spot)
     note = "; ".join(filter(None, [note, _vm_note(offer, bool(spot))]))
     if node_cpus is None:
@@ -224,6 +218,19 @@ def resolve(config: Config, node_cpus: float | None = None,
         min_billing_s=offer.min_billing_s,
         note=note,
     )
+
+
+def _configured_spot(config: Config, offer: catalog_mod.Offer) -> bool:
+    """``pricing.spot``, with ``auto`` settled for ``offer`` by
+    :func:`hpsearch.money.nodekinds.choose_spot` (its prices and preemption rate)."""
+    from hpsearch.money import nodekinds
+
+    spot = config.pricing.spot
+    if spot == "auto":
+        spot, _ = nodekinds.choose_spot(
+            offer.spot_per_hour, offer.on_demand_per_hour,
+            preemption_rate(config, offer), AUTO_LOST_S, AUTO_RESTART_S)
+    return spot
 
 
 def _vm_note(offer: catalog_mod.Offer, spot: bool) -> str:

@@ -172,21 +172,15 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
     attrs = record.get("user_attrs") or {}
     steps = {int(k): _finite(v) for k, v in (record.get("intermediate") or {}).items()}
     value, best = _final_and_best(record, steps, mode)
-    epochs = attrs.get(keys.ATTR_EPOCHS)
-    if not isinstance(epochs, int) or isinstance(epochs, bool):
-        epochs = max(steps) if steps else 0
     start, end = _time(record.get("datetime_start")), _time(record.get("datetime_complete"))
     spot = attrs.get(keys.ATTR_SPOT)
-    state = str(record["state"])
-    if attrs.get(keys.ATTR_LIFECYCLE) == BUDGET_STOPPED and state in ("RUNNING", "PRUNED"):
-        state = "BUDGET_STOPPED"
     times = [t for t in map(_finite, attrs.get(keys.ATTR_EPOCH_TIMES) or []) if t is not None]
     return {
         "number": int(record["number"]),
-        "state": state,
+        "state": _state(record, attrs),
         "value": value,
         "best_value": best,
-        "epochs": epochs,
+        "epochs": _epochs(attrs, steps),
         "params": dict(record.get("params") or {}),
         "stop_reason": attrs.get(keys.ATTR_STOP_REASON),
         "error": attrs.get(keys.ATTR_ERROR),
@@ -205,6 +199,35 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "currency": attrs.get(keys.ATTR_CURRENCY),
         "saved_cost": _finite(attrs.get(keys.ATTR_SAVED_COST)),
         "predicted_final": _finite(attrs.get(keys.ATTR_PREDICTED_FINAL)),
+        **_usage(attrs),
+        "datetime_start": record.get("datetime_start"),
+        "datetime_complete": record.get("datetime_complete"),
+        "duration_s": (end - start).total_seconds() if start and end else None,
+        "on_pareto_front": False,
+    }
+
+
+def _state(record: Mapping[str, Any], attrs: Mapping[str, Any]) -> str:
+    """The trial's state as the report names it: Optuna's, except that a trial stopped
+    by the budget (RUNNING in Optuna, or PRUNED when an older version wrote it) is
+    ``BUDGET_STOPPED``."""
+    state = str(record["state"])
+    if attrs.get(keys.ATTR_LIFECYCLE) == BUDGET_STOPPED and state in ("RUNNING", "PRUNED"):
+        return "BUDGET_STOPPED"
+    return state
+
+
+def _epochs(attrs: Mapping[str, Any], steps: Mapping[int, float | None]) -> int:
+    """Epochs trained: the recorded count, else the last epoch reported (0 if none)."""
+    epochs = attrs.get(keys.ATTR_EPOCHS)
+    if not isinstance(epochs, int) or isinstance(epochs, bool):
+        return max(steps) if steps else 0
+    return epochs
+
+
+def _usage(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's GPU use and checkpoint columns, in the row's order."""
+    return {
         "gpu_util_mean": _finite(attrs.get(keys.ATTR_GPU_UTIL)),
         "gpu_mem_peak_mib": _finite(attrs.get(keys.ATTR_GPU_MEM_PEAK_MIB)),
         "idle_gpu_cost": gpuuse.idle_cost(attrs.get(keys.ATTR_COST),
@@ -216,10 +239,6 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "checkpoint_s": _finite(attrs.get(keys.ATTR_CKPT_S)),
         "checkpoint_stored_bytes": _finite(attrs.get(keys.ATTR_CKPT_STORED_BYTES)),
         "storage_cost": None,
-        "datetime_start": record.get("datetime_start"),
-        "datetime_complete": record.get("datetime_complete"),
-        "duration_s": (end - start).total_seconds() if start and end else None,
-        "on_pareto_front": False,
     }
 
 

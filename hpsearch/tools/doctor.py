@@ -329,44 +329,57 @@ def cluster_checks(info: ClusterInfo, catalog: Any = None, config: Any = None) -
                     f"{f', {dead} dead' if dead else ''}; {totals} ({info.seconds:.1f} s)")]
     kinds = [nodekinds.parse_node(n.as_ray_node()) for n in alive]
     declared = nodekinds.declared(kinds)
-    for node, kind in zip(alive, kinds):
-        name = f"ray node {node.address} ({node.node_id[:8]})"
-        own = (f"CPU {node.resources.get('CPU', 0):g}, GPU {node.resources.get('GPU', 0):g}")
-        text = f"{node_kind(node)}; {own}"
-        if kind.spot is None and declared:
-            checks.append(Check(
-                name, WARN, f"{text}: other nodes declare their kind, so no trial is "
-                            "placed on this one",
-                f"start it with `--resources '{{\"{nodekinds.ON_DEMAND}\": 1000}}'` (or "
-                f"{nodekinds.SPOT}), plus `\"{nodekinds.INSTANCE_PREFIX}<catalogue row>\": "
-                f"1000` to price it"))
-            continue
-        if kind.spot is None and not kind.instance:
-            text += (": runs any trial at the configured price (no node declares "
-                     f"{nodekinds.SPOT}/{nodekinds.ON_DEMAND})")
-        if kind.instance and catalog is not None:
-            from hpsearch.errors import ConfigError
-
-            try:
-                catalog.lookup(kind.instance)
-            except ConfigError as exc:
-                checks.append(Check(
-                    name, FAIL, f"{text}: its instance cannot be priced: {exc.reason}",
-                    "declare a catalogue row (`python -m hpsearch catalog` lists them) or "
-                    "add the row with pricing.catalog"))
-                continue
-        checks.append(Check(name, OK, text))
+    checks += [_node_check(node, kind, declared, catalog)
+               for node, kind in zip(alive, kinds)]
     if config is not None:
-        from hpsearch.core.placement import check_fits
+        fit = _fit_check(config, info)
+        if fit is not None:
+            checks.append(fit)
+    return checks
+
+
+def _node_check(node: Any, kind: Any, declared: bool, catalog: Any) -> Check:
+    """One alive node: its kind and resources, whether trials are placed on it
+    (``declared``: some node declares its kind) and whether its instance can be priced."""
+    from hpsearch.money import nodekinds
+
+    name = f"ray node {node.address} ({node.node_id[:8]})"
+    own = (f"CPU {node.resources.get('CPU', 0):g}, GPU {node.resources.get('GPU', 0):g}")
+    text = f"{node_kind(node)}; {own}"
+    if kind.spot is None and declared:
+        return Check(
+            name, WARN, f"{text}: other nodes declare their kind, so no trial is "
+                        "placed on this one",
+            f"start it with `--resources '{{\"{nodekinds.ON_DEMAND}\": 1000}}'` (or "
+            f"{nodekinds.SPOT}), plus `\"{nodekinds.INSTANCE_PREFIX}<catalogue row>\": "
+            f"1000` to price it")
+    if kind.spot is None and not kind.instance:
+        text += (": runs any trial at the configured price (no node declares "
+                 f"{nodekinds.SPOT}/{nodekinds.ON_DEMAND})")
+    if kind.instance and catalog is not None:
         from hpsearch.errors import ConfigError
 
         try:
-            check_fits(config, [n.as_ray_node() for n in info.nodes])
+            catalog.lookup(kind.instance)
         except ConfigError as exc:
-            checks.append(Check("trial fits", FAIL, str(exc),
-                                "lower resources.cpu / resources.gpu, or add a node that "
-                                "large"))
-    return checks
+            return Check(
+                name, FAIL, f"{text}: its instance cannot be priced: {exc.reason}",
+                "declare a catalogue row (`python -m hpsearch catalog` lists them) or "
+                "add the row with pricing.catalog")
+    return Check(name, OK, text)
+
+
+def _fit_check(config: Any, info: ClusterInfo) -> Check | None:
+    """A failed check when no node of the cluster is large enough for one trial."""
+    from hpsearch.core.placement import check_fits
+    from hpsearch.errors import ConfigError
+
+    try:
+        check_fits(config, [n.as_ray_node() for n in info.nodes])
+    except ConfigError as exc:
+        return Check("trial fits", FAIL, str(exc),
+                     "lower resources.cpu / resources.gpu, or add a node that large")
+    return None
 
 
 def checkpoint_storage_checks(url: str, default: bool, info: ClusterInfo | None = None,
@@ -605,6 +618,34 @@ def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
         The checks, in the order described in the module docstring. Nothing raises for
         a broken environment: every problem is a ``fail`` check.
     """
+    from hpsearch.adapters import system
+
+    checks, inventory = _environment_checks()
+    config = catalog = None
+    if space is not None:
+        config, catalog = _load_space(space, overrides, checks)
+        if config is not None and address is None:
+            address = config.cluster.address
+    ckpt_url, ckpt_default = _checkpoints_of(config, run_dir)
+    info = None
+    if address is not None:
+        info = system.cluster_info(address, ray_timeout_s, storage_url=ckpt_url)
+        checks += cluster_checks(info, catalog, config)
+    else:
+        checks.append(local_ray_check(
+            inventory, trial_gpus=config.resources.gpu if config is not None else 0.0))
+
+    if config is not None:
+        checks += _run_checks(config, run_dir, info, ckpt_url, ckpt_default)
+    elif space is None:
+        checks.append(runs_check() if run_dir is None else
+                      run_dir_check(Path(run_dir), default=False))
+    return checks
+
+
+def _environment_checks() -> tuple[list[Check], Any]:
+    """This machine's checks (Python, hpsearch, torch, NVML, CUDA, the packages) and the
+    NVML inventory they read."""
     from hpsearch.adapters import nvml
     from hpsearch.adapters import system
 
@@ -615,42 +656,35 @@ def diagnose(space: str | Path | None = None, overrides: Sequence[str] = (),
     wanted = requirements()
     for name, dist, pip_name, required in PACKAGES:
         checks.append(package_check(name, dist, pip_name, required, _version, wanted))
+    return checks, inventory
 
-    config = catalog = None
-    if space is not None:
-        config, catalog = _load_space(space, overrides, checks)
-        if config is not None and address is None:
-            address = config.cluster.address
 
-    ckpt_url = ckpt_default = None
-    if config is not None:
-        from hpsearch.driver import default_run_dir
+def _checkpoints_of(config: Any,
+                    run_dir: str | Path | None) -> tuple[str | None, bool | None]:
+    """``(where the run's checkpoints go, whether that is the default place)``; both
+    None without a config."""
+    if config is None:
+        return None, None
+    from hpsearch.driver import default_run_dir
 
-        path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
-        ckpt_default = config.checkpoint.storage is None
-        ckpt_url = (str(path.absolute() / "checkpoints") if ckpt_default
-                    else config.checkpoint.storage)
-    info = None
-    if address is not None:
-        info = system.cluster_info(address, ray_timeout_s, storage_url=ckpt_url)
-        checks += cluster_checks(info, catalog, config)
-    else:
-        checks.append(local_ray_check(
-            inventory, trial_gpus=config.resources.gpu if config is not None else 0.0))
+    path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
+    default = config.checkpoint.storage is None
+    return (str(path.absolute() / "checkpoints") if default
+            else config.checkpoint.storage), default
 
-    if config is not None:
-        from hpsearch.driver import default_run_dir, storage_url_for
 
-        path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
-        checks.append(run_dir_check(path, default=run_dir is None))
-        checks.append(storage_check(storage_url_for(config, path.absolute()), path,
-                                    default=config.storage is None))
-        checks.append(pricing_check(config))
-        local_error = None
-        if info is None and not ckpt_default:
-            local_error = _storage_write_error(ckpt_url)
-        checks += checkpoint_storage_checks(ckpt_url, ckpt_default, info, local_error)
-    elif space is None:
-        checks.append(runs_check() if run_dir is None else
-                      run_dir_check(Path(run_dir), default=False))
-    return checks
+def _run_checks(config: Any, run_dir: str | Path | None, info: ClusterInfo | None,
+                ckpt_url: str, ckpt_default: bool) -> list[Check]:
+    """The run's own checks: its run dir, study storage, price and checkpoint storage
+    (written from here when no cluster was checked, from every node when one was)."""
+    from hpsearch.driver import default_run_dir, storage_url_for
+
+    path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
+    checks = [run_dir_check(path, default=run_dir is None),
+              storage_check(storage_url_for(config, path.absolute()), path,
+                            default=config.storage is None),
+              pricing_check(config)]
+    local_error = None
+    if info is None and not ckpt_default:
+        local_error = _storage_write_error(ckpt_url)
+    return checks + checkpoint_storage_checks(ckpt_url, ckpt_default, info, local_error)

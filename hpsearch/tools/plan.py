@@ -658,8 +658,6 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
         ConfigError: naming the option (``--trials``, ``--epochs``, ``--precision``,
             ``--optimizer``, ``--currency``, ``--throughput``) and its bad value.
     """
-    from hpsearch.money import pricing
-
     epochs_given = epochs is not None
     trials = config.search.n_trials if trials is None else trials
     epochs = config.max_epochs if epochs is None else epochs
@@ -673,11 +671,7 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
     memory, optimizer_note = _memory_of(probe, optimizer, n_gpus)
     rows: list[PlanRow] = []
     too_small: list[PlanRow] = []
-    for offer in catalog.offers.values():
-        if not offer.gpu_count or not offer.gpu_model:
-            continue
-        if currency is not None and offer.currency != currency:
-            continue
+    for offer in _gpu_offers(catalog, currency):
         row = _too_small(offer, memory, gpu)
         if row is not None:
             too_small.append(row)
@@ -687,20 +681,37 @@ def make_plan(config: Any, catalog: catalog_mod.Catalog, probe: ProbeFigures, *,
     rows.sort(key=_cheapest_first)
     too_small.sort(key=lambda r: (r.offer.gpu_memory_gb or 0, r.offer.key))
     cpu_row = _cpu_reference(config, catalog, probe, currency, trials, epochs, node_cpus)
-    budget = None
-    if config.budget.max_cost is not None:
-        try:
-            budget = (config.budget.max_cost, pricing.resolve(config, catalog=catalog,
-                                                              node_cpus=node_cpus).currency)
-        except ConfigError:
-            budget = None
     return Plan(
         name=config.name, trainable=config.trainable, point=point, probe=probe,
         memory=memory, precision=precision, optimizer_note=optimizer_note, trials=trials,
         epochs=epochs, gpus_per_trial=gpu, throughput=throughput, rows=rows,
-        too_small=too_small, cpu_row=cpu_row, currency_filter=currency, budget=budget,
-        notes=notes, epochs_given=epochs_given,
+        too_small=too_small, cpu_row=cpu_row, currency_filter=currency,
+        budget=_budget_of(config, catalog, node_cpus), notes=notes,
+        epochs_given=epochs_given,
     )
+
+
+def _gpu_offers(catalog: catalog_mod.Catalog,
+                currency: str | None) -> list[catalog_mod.Offer]:
+    """The catalogue's GPU offers (in ``currency`` only, when given), in its order."""
+    return [offer for offer in catalog.offers.values()
+            if offer.gpu_count and offer.gpu_model
+            and (currency is None or offer.currency == currency)]
+
+
+def _budget_of(config: Any, catalog: catalog_mod.Catalog,
+               node_cpus: float) -> tuple[float, str] | None:
+    """``(budget.max_cost, its currency)``, or None without a budget or when the run's
+    own instance cannot be priced (then there is no currency to compare it in)."""
+    from hpsearch.money import pricing
+
+    if config.budget.max_cost is None:
+        return None
+    try:
+        price = pricing.resolve(config, catalog=catalog, node_cpus=node_cpus)
+    except ConfigError:
+        return None
+    return config.budget.max_cost, price.currency
 
 
 def _usable_mib(offer: catalog_mod.Offer, gpu: float) -> float | None:
