@@ -271,6 +271,10 @@ class TrialMoney:
 class Ledger:
     """Rented nodes and billed intervals of every trial of a run.
 
+    One class of about 270 lines on purpose: it is the one record of money, so every
+    write (open, close, rental, heartbeat) and the replay that reads them back share one
+    file format and one fsync'd append path; split, the format would live in two places.
+
     Args:
         path: JSON-lines file to append events to and replay from; None keeps the
             ledger in memory only.
