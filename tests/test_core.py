@@ -132,6 +132,8 @@ def test_a_preempted_trial_restarts_before_new_configurations_and_paused_ones():
     assert core.next_start().number == 0  # then the policy's pick among the paused
     assert core.next_start().number == 2  # then new
     assert ("requeued", 1, "preempted", "simulated") in listener.lines
+    # The paused trial's resume is told (the progress line says it), once.
+    assert listener.lines.count(("requeued", 0, "resumed", "picked by scripted")) == 1
 
 
 def test_queued_restarts_do_not_wait_for_admission():

@@ -380,3 +380,20 @@ def test_failures_line_counts_the_session():
     assert progress.failures_line("a.log, b.log") == \
         "2 of 4 trial(s) failed; their logs: a.log, b.log"
     assert progress.failures_line("") == "2 of 4 trial(s) failed"
+
+
+def test_a_paused_trial_that_resumes_gets_a_line_and_is_no_longer_counted_paused():
+    from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
+    from hpsearch.report.progress import SessionListener
+
+    lines: list[str] = []
+    progress = Progress(metric="val_acc", n_trials=4, emit=lines.append, clock=lambda: 0.0)
+    listener = SessionListener(progress)
+    record = TrialRecord(9, TrialState.PAUSED, epoch=8, value=0.9666, checkpoint_epoch=8)
+    listener.trial_finished(record)
+    assert progress.tally.paused == 1
+    listener.trial_requeued(record, Event.RESUMED, "picked by cost_aware")
+    assert progress.tally.paused == 0
+    assert lines[-1] == ("  trial 9 resumed after 8 epoch(s) (picked by cost_aware), "
+                         "from its checkpoint at epoch 8")
+

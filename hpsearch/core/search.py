@@ -234,6 +234,9 @@ class SearchCore:
                 self.trials.move(number, Event.RESUMED, TrialState.PENDING)
             if number in self.budget_stopped:
                 self.budget_stopped.remove(number)
+            if was is TrialState.PAUSED:
+                self.listener.trial_requeued(record, Event.RESUMED,
+                                             f"picked by {self.policy.name}")
             if was in (TrialState.PAUSED, TrialState.BUDGET_STOPPED):
                 # It runs again: a driver killed from now on must resume it, not keep it
                 # paused; the reason it waited no longer holds.

@@ -215,6 +215,11 @@ class SessionListener:
         if kind in ("preempted", "failed"):
             line = (f"  trial {record.number} {kind} after epoch {record.epoch} ({reason}); "
                     f"restarting from its checkpoint at epoch {record.checkpoint_epoch}")
+        elif kind == "resumed":
+            # A paused trial runs again: no longer counted as paused.
+            self.progress.tally.paused = max(0, self.progress.tally.paused - 1)
+            line = (f"  trial {record.number} resumed after {record.epoch} epoch(s) "
+                    f"({reason}), from its checkpoint at epoch {record.checkpoint_epoch}")
         else:
             line = f"  trial {record.number}: {reason}"
         self.progress.emit(line)
