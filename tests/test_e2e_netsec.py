@@ -73,8 +73,23 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def probe(port: int) -> str:
+def _listening(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def probe(port: int, again: bool = True) -> str:
     """Call the server on 127.0.0.1:``port`` without a token: how did it answer?
+
+    A worker that is ending unregisters its services before it closes its socket: for
+    that moment every method answers UNIMPLEMENTED, its own included, and nothing can be
+    called. Such an answer is checked again a second later: gone by then, it was a
+    worker ending; still there, the second answer is the one reported.
 
     Returns:
         ``refused`` (gRPC UNAUTHENTICATED, or HTTP 401 from a plain HTTP server),
@@ -94,6 +109,10 @@ def probe(port: int) -> str:
             return f"{method} answered OK without a token"
     if grpc.StatusCode.UNAUTHENTICATED in codes:
         return REFUSED
+    if again and grpc.StatusCode.UNIMPLEMENTED in codes and set(codes) <= {
+            grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE}:
+        time.sleep(1.0)
+        return probe(port, again=False) if _listening(port) else GONE
     if set(codes) != {grpc.StatusCode.UNAVAILABLE}:
         return f"gRPC answers {sorted(c.name for c in codes)}"
     # Not gRPC: Ray's runtime-env agent speaks plain HTTP.
