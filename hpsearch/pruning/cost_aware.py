@@ -590,7 +590,7 @@ class CostAwarePruner:
                 i = bisect.bisect_left(others, own)
                 if i < len(others) and others[i] == own:
                     others.pop(i)
-            return own / statistics.median(others) if others else None
+            return self.policy._cost_ratio(own, others)
 
         return ratio
 
