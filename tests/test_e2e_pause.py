@@ -29,7 +29,6 @@ while the slow starter is paused and continues with ``python -m hpsearch resume`
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -50,6 +49,7 @@ from hpsearch.money.ledger import DONE, STOPPED, Interval, Ledger
 
 from .pause_curves import CURVES, EPOCHS, ORDER
 from .test_e2e_faults import CONTINUING, ENV, SPENT
+from .test_e2e_restart import enqueued_run
 
 pytestmark = pytest.mark.slow
 
@@ -80,14 +80,7 @@ def spec() -> dict:
 
 def prepare(folder: Path) -> Path:
     """``folder/run``, whose study holds the trials of ORDER enqueued (numbers = index)."""
-    run = folder / "run"
-    run.mkdir(parents=True)
-    study = optuna.create_study(storage=f"sqlite:///{run / 'optuna.db'}", study_name=NAME,
-                                direction="maximize")
-    for kind in ORDER:
-        study.enqueue_trial({"kind": kind})
-    (folder / "space.yaml").write_text(json.dumps(spec()))
-    return run
+    return enqueued_run(folder, NAME, spec(), [{"kind": kind} for kind in ORDER])
 
 
 def trials_of(run: Path) -> list[FrozenTrial]:

@@ -43,16 +43,22 @@ def spec() -> dict:
     }
 
 
-def prepare(folder: Path) -> Path:
-    """A run dir whose study holds the trials enqueued in QUALITIES' order."""
+def enqueued_run(folder: Path, name: str, space: dict, params: list[dict]) -> Path:
+    """``folder/run``, whose study ``name`` (maximised) holds ``params`` enqueued in that
+    order (trial numbers = index), beside ``folder/space.yaml`` holding ``space``."""
     run = folder / "run"
     run.mkdir(parents=True)
-    study = optuna.create_study(storage=f"sqlite:///{run / 'optuna.db'}", study_name=NAME,
+    study = optuna.create_study(storage=f"sqlite:///{run / 'optuna.db'}", study_name=name,
                                 direction="maximize")
-    for quality in QUALITIES:
-        study.enqueue_trial({"quality": quality})
-    (folder / "space.yaml").write_text(json.dumps(spec()))
+    for one in params:
+        study.enqueue_trial(one)
+    (folder / "space.yaml").write_text(json.dumps(space))
     return run
+
+
+def prepare(folder: Path) -> Path:
+    """A run dir whose study holds the trials enqueued in QUALITIES' order."""
+    return enqueued_run(folder, NAME, spec(), [{"quality": q} for q in QUALITIES])
 
 
 def hpsearch(folder: Path, *args: str) -> subprocess.Popen:
