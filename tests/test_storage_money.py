@@ -74,10 +74,3 @@ def test_storage_money():
     assert sm.StoragePrice.from_dict(s3.to_dict()) == s3
     assert sm.StoragePrice.from_dict({}) is None
 
-
-def test_a_stores_running_tally_becomes_its_checkpoint_use():
-    from hpsearch.recovery.checkpoint import Usage
-
-    tally = Usage(checkpoints=3, bytes_written=300, seconds=1.5, writes=9, reads=2,
-                  stored_bytes=200, byte_s=50.0, save_s=[0.5, 0.5, 0.5])
-    assert sm.of_usage(tally) == sm.CheckpointUse(3, 300, 1.5, 9, 2, 200, 50.0)

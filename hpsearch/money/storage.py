@@ -161,12 +161,16 @@ def resolve(name: str | None, storage_url: str | None,
 class CheckpointUse:
     """What a trial's checkpoints cost (one attempt's, or all its attempts' combined).
 
+    One attempt's is its store's running tally
+    (:meth:`hpsearch.recovery.checkpoint.CheckpointStore.usage`).
+
     Attributes:
         checkpoints: Checkpoints written.
-        bytes_written: Bytes written (files and manifests).
-        seconds: Seconds spent checkpointing (billed trial time).
-        writes: Write-class requests to the storage.
-        reads: Read-class requests.
+        bytes_written: Bytes uploaded or written (files and manifests).
+        seconds: Seconds spent checkpointing: write, hash, upload, manifest, prune
+            (billed trial time).
+        writes: Write-class requests (PUT, POST, COPY, LIST) to an object store.
+        reads: Read-class requests (GET, HEAD).
         stored_bytes: Bytes its checkpoints hold now.
         byte_s: Bytes held times seconds while it ran.
     """
@@ -207,12 +211,6 @@ def _write(use: CheckpointUse, names: tuple[str, ...]) -> dict[str, float]:
 def from_result(result: Mapping[str, Any]) -> CheckpointUse | None:
     """The :class:`CheckpointUse` a trial result carries (``hps_ckpt_*``), or None."""
     return _read(result, _RESULT_KEYS)
-
-
-def of_usage(usage: Any) -> CheckpointUse:
-    """The :class:`CheckpointUse` of a store's running tally (an object with the same
-    fields, e.g. :class:`hpsearch.recovery.checkpoint.Usage`)."""
-    return CheckpointUse(**{f: getattr(usage, f) for f in _FIELDS})
 
 
 def to_result(use: CheckpointUse) -> dict[str, float]:

@@ -24,8 +24,9 @@ every storage, since an object store has no rename:
   newer valid checkpoints exist, they go.
 * Measured: every checkpoint's bytes and seconds (write, hash, upload, manifest), the
   requests the storage bills, and the bytes the store holds over time
-  (:meth:`CheckpointStore.usage`), for the report's storage money and for
-  :func:`young_daly_epochs`.
+  (:meth:`CheckpointStore.usage`, a :class:`hpsearch.money.storage.CheckpointUse`), for
+  the report's storage money, and each checkpoint's seconds
+  (:meth:`CheckpointStore.checkpoint_s`) for :func:`young_daly_epochs`.
 
 Folders ``epoch-00000E/`` holding their own ``manifest.json`` (the layout of hpsearch
 before object stores) are read as checkpoints too, so a run dir from then resumes.
@@ -41,10 +42,11 @@ import statistics
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from hpsearch.money.storage import CheckpointUse
 from hpsearch.recovery import storage
 from hpsearch.spec.config import mode_sign
 
@@ -120,31 +122,6 @@ class Rejected:
     aside: str | None
 
 
-@dataclass
-class Usage:
-    """What a store's checkpoints cost this process so far.
-
-    Attributes:
-        checkpoints: Checkpoints written.
-        bytes_written: Bytes uploaded or written (files and manifests).
-        seconds: Seconds spent writing them (write, hash, upload, manifest, prune).
-        writes: Write-class requests (PUT, POST, COPY, LIST) to an object store.
-        reads: Read-class requests (GET, HEAD).
-        stored_bytes: Bytes of the checkpoints the store holds now.
-        byte_s: Bytes held times seconds, while this process ran.
-        save_s: Seconds of each checkpoint written, oldest first.
-    """
-
-    checkpoints: int = 0
-    bytes_written: int = 0
-    seconds: float = 0.0
-    writes: int = 0
-    reads: int = 0
-    stored_bytes: int = 0
-    byte_s: float = 0.0
-    save_s: list[float] = field(default_factory=list)
-
-
 def young_daly_epochs(checkpoint_s: float, mtbp_s: float | None, epoch_s: float,
                       max_epochs: int) -> int:
     """Epochs between checkpoints: sqrt(2 x checkpoint cost x mean time between
@@ -198,7 +175,8 @@ class CheckpointStore:
         self.mode = mode
         self.clock = clock
         self.rejected: list[Rejected] = []
-        self._use = Usage()
+        self._use = CheckpointUse()
+        self._save_s: list[float] = []  # each checkpoint's seconds, for checkpoint_s
         self._held_since: float | None = None
         self._scratch: Path | None = None
 
@@ -253,10 +231,10 @@ class CheckpointStore:
         self.prune()
         seconds = self.clock() - started
         use = self._use
-        use.checkpoints += 1
-        use.bytes_written += written
-        use.seconds += seconds
-        use.save_s.append(seconds)
+        self._use = replace(use, checkpoints=use.checkpoints + 1,
+                            bytes_written=use.bytes_written + written,
+                            seconds=use.seconds + seconds)
+        self._save_s.append(seconds)
         return replace(entry, local=local / data if local is not None else None)
 
     def mark_preempted(self, attempt: str, epoch: int, reason: str) -> None:
@@ -466,22 +444,24 @@ class CheckpointStore:
     def _hold(self, stored: int) -> None:
         now = self.clock()
         use = self._use
+        byte_s = use.byte_s
         if self._held_since is not None:
-            use.byte_s += use.stored_bytes * (now - self._held_since)
+            byte_s += use.stored_bytes * (now - self._held_since)
         self._held_since = now
-        use.stored_bytes = stored
+        self._use = replace(use, byte_s=byte_s, stored_bytes=stored)
 
-    def usage(self) -> Usage:
-        """What this store's checkpoints cost this process so far (a copy)."""
+    def usage(self) -> CheckpointUse:
+        """What this store's checkpoints cost this process so far: checkpoints, bytes
+        and seconds written, the storage's billed requests, the bytes held now and bytes
+        held times seconds up to this call."""
         if self._held_since is not None:
             self._hold(self._use.stored_bytes)
-        use = replace(self._use, save_s=list(self._use.save_s))
-        use.writes, use.reads = self.files.requests.writes, self.files.requests.reads
-        return use
+        return replace(self._use, writes=self.files.requests.writes,
+                       reads=self.files.requests.reads)
 
     def checkpoint_s(self) -> float | None:
         """The median seconds of one checkpoint written by this process, or None."""
-        return statistics.median(self._use.save_s) if self._use.save_s else None
+        return statistics.median(self._save_s) if self._save_s else None
 
     def close(self) -> None:
         """Remove this process's downloads."""

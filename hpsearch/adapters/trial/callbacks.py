@@ -285,7 +285,7 @@ class EpochReporter:
         """What this process's checkpoints cost so far (the ``hps_ckpt_*`` keys)."""
         if self.store is None:
             return {}
-        figures = storage_money.to_result(storage_money.of_usage(self.store.usage()))
+        figures = storage_money.to_result(self.store.usage())
         if self.every is not None:
             figures[keys.CKPT_EVERY] = self.every
         return figures
