@@ -99,7 +99,8 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
         knob = {**options.get("cost_aware", {}),
                 "aggressiveness": float(policy.rsplit("-a", 1)[1])}
         return _cost_aware(max_epochs, mode, name=policy, **knob)
-    raise ValueError(f"unknown policy {policy!r}")
+    raise ValueError(f"--policies: unknown policy (got {policy!r}); known: {', '.join(PEERS)}, "
+                     "ray-asha-gK, i-epoch-K, cost_aware-aX")
 
 
 def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = METRIC):
@@ -115,7 +116,8 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = ME
         pruner = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_epochs,
                                                 reduction_factor=3)
     else:
-        raise ValueError(f"unknown policy {policy!r}")
+        raise ValueError(f"--policies: unknown policy (got {policy!r}); known: {', '.join(PEERS)}, "
+                     "ray-asha-gK, i-epoch-K, cost_aware-aX")
     return OptunaPolicy(policy, pruner, mode=mode, seed=seed, max_epochs=max_epochs,
                         metric=metric)
 

@@ -76,6 +76,7 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
     restarts = sum(p[3] for p in result.preempted)
     return {
         "hit": t_hit is not None,
+        **breakdown(pool, result, t_hit),
         "money_to_hit": None if money_to_hit is None else money_to_hit * price_per_hour / 3600,
         # Nothing trained fully: the whole best accuracy, or the pool's worst loss.
         "regret_pp": objective.regret(kept if kept is not None else (
@@ -94,6 +95,43 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
                                    else fleet_cost(workers, t_hit, price_per_hour)),
             "money_fixed": fleet_cost(workers, result.last_busy_s, price_per_hour)}),
     }
+
+
+#: The breakdown of the money to the hit: a configuration is *good* when its true final
+#: is in the pool's best quarter; it was *looked at* when trained at most a tenth of the
+#: epochs, *tried* up to half, *run* beyond half (or to the end) by the time of the hit.
+BREAKDOWN_TOP = 0.25
+BREAKDOWN_DEPTHS = ((0.1, "looked_at"), (0.5, "tried"), (1.0, "run"))
+BREAKDOWN_KEYS = tuple(f"to_hit_{rank}_{depth}" for rank in ("good", "poor")
+                       for _, depth in BREAKDOWN_DEPTHS)
+
+
+def breakdown(pool: lcbench.Pool, result: SimResult, t_hit: float | None) -> dict:
+    """Shares of the money to the hit (they sum to 1) by the configuration's true rank in
+    the pool (good: best quarter of the finals, poor: the rest) and by how far it was
+    trained by then (see :data:`BREAKDOWN_DEPTHS`): where a cheaper policy would have to
+    save. All None for a run that did not hit."""
+    if t_hit is None:
+        return dict.fromkeys(BREAKDOWN_KEYS)
+    sign = 1.0 if pool.objective.mode == "max" else -1.0
+    order = np.argsort(-sign * pool.finals(), kind="stable")
+    good = set(int(t) for t in order[:max(1, int(round(BREAKDOWN_TOP * len(order))))])
+    spent: dict[int, float] = {}
+    for seg in result.segments:
+        if seg.start_s < t_hit:
+            spent[seg.trial] = spent.get(seg.trial, 0.0) + min(seg.end_s, t_hit) - seg.start_s
+    trained: dict[int, int] = {}
+    for at, trial, epoch, _, _ in result.reports:
+        if at <= t_hit:
+            trained[trial] = max(trained.get(trial, 0), epoch)
+    total = sum(spent.values())
+    out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    for trial, seconds in spent.items():
+        share = trained.get(trial, 0) / pool.curves[trial].epochs
+        depth = next(name for upto, name in BREAKDOWN_DEPTHS if share <= upto)
+        rank = "good" if trial in good else "poor"
+        out[f"to_hit_{rank}_{depth}"] += seconds / total if total else 0.0
+    return out
 
 
 def task_group(task: str) -> str:
@@ -215,7 +253,9 @@ def summarise(rows: list[dict], policies, market: str = "on-demand",
                     "money_x_none": _money_ratio(rows, mine),
                     "lost_share": med("lost_share", mine),
                     "checkpoint_share": med("checkpoint_share", mine),
-                    "preemptions": med("preemptions", mine)})
+                    "preemptions": med("preemptions", mine),
+                    **{k: (statistics.mean(r[k] for r in hits) if hits else None)
+                       for k in BREAKDOWN_KEYS}})
     return out
 
 
@@ -275,6 +315,7 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None,
     lines += ["", f"Money to hit two ways: {args.workers} workers released when idle (busy "
               f"time x price), and a fixed cluster of {args.workers} nodes billed for the "
               "search's wall time to the hit, idle or not."]
+    lines += breakdown_table(summary)
     if any(s["policy"] == "cost_aware" for s in summary):
         beaten = dominated_by(summary, "cost_aware")
         lines += ["", "Peers both more often right and cheaper than cost_aware: "
@@ -297,6 +338,24 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None,
             lines += ["", "On spot, peers both more often right and cheaper than cost_aware: "
                       + (", ".join(beaten) if beaten else "none")]
     return "\n".join(lines) + "\n"
+
+
+def breakdown_table(summary: list[dict]) -> list[str]:
+    """Markdown lines: each policy's mean :func:`breakdown` over its runs that hit."""
+    bounds = [0.0] + [upto for upto, _ in BREAKDOWN_DEPTHS]
+    depths = ", ".join(f"{name} = trained {'up to' if low == 0 else f'over {low:.0%} and up to'} "
+                       f"{upto:.0%} of its epochs"
+                       for low, (upto, name) in zip(bounds, BREAKDOWN_DEPTHS))
+    lines = ["", f"Where the money to the hit went (mean share over the runs that hit; "
+             f"good = a configuration whose true final is in the pool's best "
+             f"{BREAKDOWN_TOP:.0%}, poor = the rest; {depths}, by the time of the hit):",
+             "", "| policy | " + " | ".join(k.removeprefix("to_hit_").replace("_", " ")
+                                         for k in BREAKDOWN_KEYS) + " |",
+             "|---|" + "---|" * len(BREAKDOWN_KEYS)]
+    for s in summary:
+        lines.append(f"| {s['policy']} | "
+                     + " | ".join(fmt(s.get(k)) for k in BREAKDOWN_KEYS) + " |")
+    return lines
 
 
 def plot(curves, tasks, seeds, policies, path: Path) -> None:
@@ -351,6 +410,12 @@ def main(argv: list[str] | None = None) -> int:
         args.tasks = [args.tasks[0]] if args.tasks != parser.get_default("tasks") else (
             ["fashion-mnist"] if args.data else ["synthetic"])
         args.seeds, args.n = [args.seeds[0]], 60
+    try:
+        for policy in args.policies:  # a typo fails before the first run, not after an hour
+            peers.make(policy, max_epochs=52, n_trials=2, seed=0)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
                                args.data, spot_rate=args.spot_rate,

@@ -95,6 +95,29 @@ def test_run_metrics_when_the_policy_stops_the_best_trial():
     assert m["epochs"] == 5
 
 
+def test_the_money_to_the_hit_is_broken_down_by_true_rank_and_depth():
+    # Hit at 28 s (trial 2 ends 0.4 pp below the best). By then trial 0 (poor) ran both
+    # epochs in 18 s, trial 1 (the best: the pool's best quarter) one of two epochs in
+    # the 28 s it was busy, trial 2 (poor) both in 10 s: 56 s in all.
+    pool = three_curve_pool(89.6)
+    m = policies.run_metrics(pool, simulate(pool.curves, [0, 1, 2], 2, NoPruning()))
+    shares = {k: m[k] for k in policies.BREAKDOWN_KEYS}
+    assert shares == pytest.approx({**dict.fromkeys(policies.BREAKDOWN_KEYS, 0.0),
+                                    "to_hit_good_tried": 28 / 56,
+                                    "to_hit_poor_run": 28 / 56})
+    # A trial looked at (one epoch of ten, then stopped) counts where it stopped.
+    curves = [Curve(tuple(range(10)), tuple(float(e + 1) for e in range(10))),
+              Curve(tuple(range(1, 11)), tuple(float(e + 1) for e in range(10)))]
+    pool = Pool("looked", curves, [{"id": i} for i in range(2)])
+    m = policies.run_metrics(pool, simulate(pool.curves, [0, 1], 1, StopAt({0: 1})))
+    assert m["to_hit_poor_looked_at"] == pytest.approx(1 / 11)
+    assert m["to_hit_good_run"] == pytest.approx(10 / 11)
+    # No hit: nothing to break down.
+    pool = three_curve_pool(85.0)
+    m = policies.run_metrics(pool, simulate(pool.curves, [0, 1, 2], 2, StopAt({1: 1})))
+    assert all(m[k] is None for k in policies.BREAKDOWN_KEYS)
+
+
 def test_run_metrics_when_nothing_is_trained_fully():
     pool = three_curve_pool(85.0)
     result = simulate(pool.curves, [0, 1, 2], 3, StopAt({0: 1, 1: 1, 2: 1}))
@@ -148,8 +171,17 @@ def test_each_peer_is_named_by_its_key(name):
 
 
 def test_unknown_peer_is_an_error():
-    with pytest.raises(ValueError, match="unknown policy"):
+    with pytest.raises(ValueError, match="--policies: unknown policy.*grid-of-dreams"):
         peers.make("grid-of-dreams", max_epochs=5, n_trials=3, seed=0)
+
+
+def test_an_unknown_peer_fails_before_any_run(tmp_path, capsys):
+    code = policies.main(["--quick", "--tasks", "synthetic", "--policies", "none", "asha",
+                          "--out", str(tmp_path / "out")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--policies: unknown policy (got 'asha')" in err and "ray-asha" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_no_pruning_trains_everything_fully(pool40):
@@ -313,6 +345,9 @@ def test_quick_benchmark_writes_its_results(tmp_path, capsys):
     summary = (tmp_path / "summary.md").read_text()
     assert "| policy | hits |" in summary
     assert "On spot at a third of the price" in summary
+    assert "Where the money to the hit went" in summary
+    hit_rows = runs[runs["hit"].astype(bool)]
+    assert np.allclose(hit_rows[list(policies.BREAKDOWN_KEYS)].sum(axis=1), 1.0)
     for name in peers.PEERS:
         assert f"| {name} | " in summary, name
     png = (tmp_path / "accuracy_vs_money.png").read_bytes()
