@@ -141,10 +141,19 @@ def test_a_hopeless_expensive_trial_stops_before_a_cheap_one():
     cheap = pol.decide(b, 101, 10, cost_rate=0.25, peer_cost_rates=peers)
     dear = pol.decide(b, 101, 10, cost_rate=4.0, peer_cost_rates=peers)
     assert cheap.decision is Decision.CONTINUE  # 4x as cheap: the share doubles
-    assert dear.decision is Decision.STOP  # even its best plausible final falls short
+    # Even its best plausible final falls short: it stops spending now (a pause, as
+    # later trials may teach the predictor otherwise) ...
+    assert dear.decision is Decision.PAUSE
     assert "ends short of the best finished trial" in dear.reason and "x0.50" in dear.reason
+    assert "judged again once no configuration is new" in dear.reason
     low, high = dear.predicted_interval
     assert low <= dear.predicted_final <= high < b.incumbent()
+    # ... and it stops for good where even an optimistic path cannot reach the incumbent.
+    for e in range(11, 16):
+        b.add(101, e, 0.798)
+    hopeless = pol.decide(b, 101, 15, cost_rate=4.0, peer_cost_rates=peers)
+    assert hopeless.decision is Decision.STOP
+    assert "optimistic path" in hopeless.reason
 
 
 def test_a_cut_trial_whose_interval_reaches_the_incumbent_is_paused():
@@ -158,7 +167,7 @@ def test_a_cut_trial_whose_interval_reaches_the_incumbent_is_paused():
     verdict = pol.decide(b2, 200, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 32)
     assert verdict.decision is Decision.CONTINUE  # it leads at epoch 10
     verdict = pol.decide(b2, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 32)
-    assert verdict.decision is Decision.STOP
+    assert verdict.decision is Decision.PAUSE and "ends short" in verdict.reason
     b3 = _hopeless_board(late_gain=0.16)
     verdict = pol.decide(b3, 101, 10, cost_rate=4.0, peer_cost_rates=[1.0] * 31)
     assert verdict.decision is Decision.PAUSE

@@ -314,18 +314,38 @@ def test_a_preempted_trial_paused_then_resumed_pays_its_restart_when_it_resumes(
     assert result.core.record(0).state is S.COMPLETE
 
 
-def test_spot_runs_with_cost_aware_settle_every_preempted_trial_and_count_its_loss():
+def test_spot_runs_with_cost_aware_settle_every_preempted_trial_and_count_its_loss(
+        monkeypatch):
     # Seeded: 40 synthetic configurations on 8 workers, a preemption every 15 running
-    # seconds on average; some preempted trials are no longer worth their restart.
+    # seconds on average; some preempted trials are no longer worth their restart now.
+    from hpsearch.pruning.cost_aware import CostAwarePruner
+
+    verdicts: dict[int, list[Decision]] = {}
+    judge = CostAwarePruner.on_preempted
+
+    def recording(self, trial, epoch):
+        verdict = judge(self, trial, epoch)
+        verdicts.setdefault(trial, []).append(verdict.decision)
+        return verdict
+
+    monkeypatch.setattr(CostAwarePruner, "on_preempted", recording)
     n = 40
     pool = lcbench.synthetic_pool(n, seed=4)
     spot = Preemptions(rate_per_hour=3600 / 15, restart_s=3.0, checkpoint_s=0.0, seed=2)
     result = simulate(pool.curves, range(n), 8, peers.make(
         "cost_aware", max_epochs=lcbench.EPOCHS, n_trials=n, seed=0), spot)
     core, study = result.core, result.core.study
+    held = sorted(t for t, ds in verdicts.items() if ds[-1] is not Decision.CONTINUE)
+    assert held  # at least one (which ones depends on the predictor's intervals)
     judged = sorted(t for t in range(n) if str(study.attrs[t].get(
         keys.ATTR_STOP_REASON, "")).startswith("cost_aware: preempted after epoch"))
-    assert judged  # at least one (which ones depends on the predictor's intervals)
+    assert set(judged) <= set(held)
+    for trial in held:
+        # Not restarted at once: resumed later by the policy (its restart paid then)
+        # and judged again from there, or pruned with the preemption as its reason.
+        last = [p for p in result.preempted if p[1] == trial][-1]
+        if last[3] == 0.0:
+            assert study.states[trial] is S.PRUNED and trial in judged
     for trial in judged:
         assert study.states[trial] is S.PRUNED
         last = [p for p in result.preempted if p[1] == trial][-1]
