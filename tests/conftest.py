@@ -7,6 +7,7 @@ import importlib.abc
 import importlib.machinery
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -214,6 +215,26 @@ sys.meta_path.insert(0, _GuardRayOnImport())
 
 def _is_fast(item) -> bool:
     return item.get_closest_marker("slow") is None
+
+
+#: A module-level ``pytestmark = pytest.mark.slow``: every test of that file is slow.
+_ALL_SLOW = re.compile(r"^pytestmark\s*=\s*pytest\.mark\.slow\s*$", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """Under ``-m "not slow"``, a test file marked slow as a whole is not imported: all
+    its tests would be deselected, and importing it (its assertions rewritten, with no
+    cache where PYTHONDONTWRITEBYTECODE is set) costs the fast run about 0.5 s. Such a
+    file is then not counted as deselected; any other ``-m`` collects everything."""
+    if (config.getoption("markexpr", "") or "").strip() != "not slow":
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        text = collection_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return True if _ALL_SLOW.search(text) else None
 
 
 def _left_its_lane(nodeid: str) -> FastTestLeftItsLane | None:
