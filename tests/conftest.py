@@ -305,14 +305,22 @@ def _freeze_what_is_alive() -> None:
     _frozen_at_modules = len(sys.modules)
 
 
+def _freeze_after_imports() -> None:
+    if len(sys.modules) - _frozen_at_modules >= _FREEZE_AFTER_MODULES:
+        _freeze_what_is_alive()
+
+
+def pytest_collectreport(report) -> None:
+    _freeze_after_imports()  # a test file imported, with what it imports
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session) -> None:
     _freeze_what_is_alive()
 
 
 def pytest_runtest_logfinish(nodeid, location) -> None:
-    if len(sys.modules) - _frozen_at_modules >= _FREEZE_AFTER_MODULES:
-        _freeze_what_is_alive()
+    _freeze_after_imports()
 
 
 def pytest_unconfigure(config) -> None:
