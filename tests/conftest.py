@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import importlib.abc
 import importlib.machinery
 import logging
@@ -208,6 +209,31 @@ class _GuardRayOnImport(importlib.abc.MetaPathFinder):
         spec.loader.exec_module = exec_and_guard
         return spec
 
+
+def _import_without_assertion_rewriting(name: str) -> None:
+    """Import ``name`` (a library) past pytest's assertion rewriting.
+
+    pytest rewrites the assertions of every module of a distribution that provides a
+    pytest plugin, hypothesis's 70-odd modules among them, and caches none of it where
+    PYTHONDONTWRITEBYTECODE is set: about 0.5 s of every run, for assertions that are the
+    library's, not the tests'. Test modules are rewritten as always.
+    """
+    if name in sys.modules:
+        return
+    rewriters = [f for f in sys.meta_path if type(f).__name__ == "AssertionRewritingHook"]
+    at = [sys.meta_path.index(f) for f in rewriters]
+    for finder in rewriters:
+        sys.meta_path.remove(finder)
+    try:
+        importlib.import_module(name)
+    except ImportError:  # not installed: the test files that need it say so
+        pass
+    finally:
+        for index, finder in zip(at, rewriters):
+            sys.meta_path.insert(index, finder)
+
+
+_import_without_assertion_rewriting("hypothesis.strategies")
 
 if "ray" in sys.modules:
     _guard_ray_init(sys.modules["ray"])
