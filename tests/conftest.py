@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
+import importlib
 import importlib.abc
 import importlib.machinery
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -62,13 +66,44 @@ def in_tmp(tmp_path, monkeypatch):
 RAM_DISK = Path("/dev/shm")
 
 
+def _ram_disk() -> bool:
+    """Whether :data:`RAM_DISK` is there and writable."""
+    return RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)
+
+
+def _fast_run(config) -> bool:
+    """Whether this session runs the fast set (``-m "not slow"``)."""
+    return (config.getoption("markexpr", "") or "").strip() == "not slow"
+
+
+#: pytest's documented variable for the root of ``tmp_path`` folders.
+_TEMPROOT = "PYTEST_DEBUG_TEMPROOT"
+
+
+def pytest_configure(config) -> None:
+    """The fast set's ``tmp_path`` folders live on the RAM disk too, where there is one
+    and no root was chosen: on this machine's disk (ext4 mounted with ``discard``) each
+    folder costs about 4 ms to make and later delete, about 1 s a fast run. pytest keeps
+    the last three sessions' folders there as on the disk. The variable is unset again
+    at the end of the session."""
+    if _fast_run(config) and _ram_disk() and _TEMPROOT not in os.environ:
+        os.environ[_TEMPROOT] = str(RAM_DISK)
+        config.add_cleanup(lambda: os.environ.pop(_TEMPROOT, None))
+    # The collector as it was, once the session is over (see _freeze_what_is_alive): a
+    # cleanup added now runs after those of the plugins configured later, so pytest's
+    # last collections for unraisable exceptions still skip the frozen libraries.
+    config.add_cleanup(gc.unfreeze)
+
+
 @pytest.fixture
-def fast_dir(tmp_path):
+def fast_dir(request):
     """A fresh folder of this test's own on a RAM disk (``tmp_path`` where there is none),
     removed after the test: for files written often and read back at once (SQLite
-    studies), whose fsync on a real disk costs more than the test itself."""
-    if not (RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)):
-        yield tmp_path
+    studies), whose fsync on a real disk costs more than the test itself. (``tmp_path``
+    is not made where the RAM disk is used: each of its folders costs a later session
+    about 4 ms to delete on this machine's disk.)"""
+    if not _ram_disk():
+        yield request.getfixturevalue("tmp_path")
         return
     path = Path(tempfile.mkdtemp(prefix="hpsearch-test-", dir=RAM_DISK))
     try:
@@ -79,14 +114,23 @@ def fast_dir(tmp_path):
 
 @pytest.fixture(scope="session")
 def _empty_optuna_db(tmp_path_factory) -> Path:
-    """An SQLite file with Optuna's schema and no study, made by Optuna once a session."""
+    """An SQLite file with Optuna's schema and no study, made by Optuna once a session
+    (on the RAM disk where there is one: creating the schema commits a dozen times, about
+    0.4 s of fsync on a real disk)."""
     import optuna
 
-    path = tmp_path_factory.mktemp("optuna-schema") / "empty.db"
-    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
-    storage.remove_session()
-    storage.engine.dispose()
-    return path
+    on_ram = _ram_disk()
+    folder = (Path(tempfile.mkdtemp(prefix="hpsearch-schema-", dir=RAM_DISK)) if on_ram
+              else tmp_path_factory.mktemp("optuna-schema"))
+    try:
+        path = folder / "empty.db"
+        storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+        storage.remove_session()
+        storage.engine.dispose()
+        yield path
+    finally:
+        if on_ram:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -198,6 +242,31 @@ class _GuardRayOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _import_without_assertion_rewriting(name: str) -> None:
+    """Import ``name`` (a library) past pytest's assertion rewriting.
+
+    pytest rewrites the assertions of every module of a distribution that provides a
+    pytest plugin, hypothesis's 70-odd modules among them, and caches none of it where
+    PYTHONDONTWRITEBYTECODE is set: about 0.5 s of every run, for assertions that are the
+    library's, not the tests'. Test modules are rewritten as always.
+    """
+    if name in sys.modules:
+        return
+    rewriters = [f for f in sys.meta_path if type(f).__name__ == "AssertionRewritingHook"]
+    at = [sys.meta_path.index(f) for f in rewriters]
+    for finder in rewriters:
+        sys.meta_path.remove(finder)
+    try:
+        importlib.import_module(name)
+    except ImportError:  # not installed: the test files that need it say so
+        pass
+    finally:
+        for index, finder in zip(at, rewriters):
+            sys.meta_path.insert(index, finder)
+
+
+_import_without_assertion_rewriting("hypothesis.strategies")
+
 if "ray" in sys.modules:
     _guard_ray_init(sys.modules["ray"])
 sys.meta_path.insert(0, _GuardRayOnImport())
@@ -205,6 +274,26 @@ sys.meta_path.insert(0, _GuardRayOnImport())
 
 def _is_fast(item) -> bool:
     return item.get_closest_marker("slow") is None
+
+
+#: A module-level ``pytestmark = pytest.mark.slow``: every test of that file is slow.
+_ALL_SLOW = re.compile(r"^pytestmark\s*=\s*pytest\.mark\.slow\s*$", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """Under ``-m "not slow"``, a test file marked slow as a whole is not imported: all
+    its tests would be deselected, and importing it (its assertions rewritten, with no
+    cache where PYTHONDONTWRITEBYTECODE is set) costs the fast run about 0.5 s. Such a
+    file is then not counted as deselected; any other ``-m`` collects everything."""
+    if not _fast_run(config):
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        text = collection_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return True if _ALL_SLOW.search(text) else None
 
 
 def _left_its_lane(nodeid: str) -> FastTestLeftItsLane | None:
@@ -251,3 +340,48 @@ def _fast_tests_stay_in_process(request):
     _Lane.test = None
     if error is not None:
         pytest.fail(str(error), pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------
+# The cyclic garbage collector. Each full collection walks every object alive, and most
+# of them are the libraries' (optuna, hypothesis, scipy, ray.tune, ...: some 400,000
+# objects once imported): the fast run made about 30 full collections, about 3 s of it.
+# Objects alive once the tests are collected, and again after a test that imported many
+# modules, are moved to the collector's permanent generation (gc.freeze, after a
+# collection, so no garbage is kept), which full collections skip. Nothing a test
+# creates is frozen before the test has ended; refcounting still frees frozen objects.
+
+#: Modules imported since the last freeze that make it worth another.
+_FREEZE_AFTER_MODULES = 50
+_frozen_at_modules = 0
+
+
+def _freeze_what_is_alive() -> None:
+    global _frozen_at_modules
+    gc.collect()
+    gc.freeze()
+    _frozen_at_modules = len(sys.modules)
+
+
+def _freeze_after_imports() -> None:
+    if len(sys.modules) - _frozen_at_modules >= _FREEZE_AFTER_MODULES:
+        _freeze_what_is_alive()
+
+
+def pytest_collectreport(report) -> None:
+    _freeze_after_imports()  # a test file imported, with what it imports
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    _freeze_what_is_alive()
+
+
+def pytest_runtest_logfinish(nodeid, location) -> None:
+    _freeze_after_imports()
+
+
+# At interpreter exit, once every other exit handler registered after this one has run,
+# everything still alive is frozen again: the interpreter's own finalization then skips
+# its collections over it (1.1 s of every fast run's exit here) and frees it by refcount.
+atexit.register(gc.freeze)

@@ -720,10 +720,10 @@ def make_study(url: str, name: str, running: bool = True) -> optuna.Study:
     return study
 
 
-def test_load_results_reads_a_run_in_progress(fast_dir):
+def test_load_results_reads_a_run_in_progress(fast_dir, new_sqlite):
     run_dir = fast_dir / "run"
     run_dir.mkdir()
-    make_study(f"sqlite:///{run_dir / 'optuna.db'}", "live")
+    make_study(new_sqlite("run/optuna.db"), "live")
     frame = hpsearch.load_results(run_dir)
     assert list(frame["number"]) == [0, 1, 2]
     assert list(frame["state"]) == ["COMPLETE", "PRUNED", "RUNNING"]
@@ -734,10 +734,10 @@ def test_load_results_reads_a_run_in_progress(fast_dir):
     assert frame.attrs["summary"]["n_by_state"]["RUNNING"] == 1
 
 
-def test_the_study_is_chosen_by_name_run_dir_or_storage(fast_dir):
+def test_the_study_is_chosen_by_name_run_dir_or_storage(fast_dir, new_sqlite):
     from hpsearch.adapters.optuna.results import load_report
 
-    url = f"sqlite:///{fast_dir / 'shared.db'}"
+    url = new_sqlite("shared.db")
     make_study(url, "alpha", running=False)
     make_study(url, "beta", running=False)
     with pytest.raises(ConfigError, match=r"--study: .*holds 2 studies; choose one of: "
@@ -756,21 +756,21 @@ def test_the_study_is_chosen_by_name_run_dir_or_storage(fast_dir):
     assert source.url == url and report_obj.summary["study"] == "beta"
 
 
-def test_sources_without_a_study_are_errors_and_create_nothing(tmp_path):
+def test_sources_without_a_study_are_errors_and_create_nothing(fast_dir, new_sqlite):
     from hpsearch.adapters.optuna.results import load_report
 
     with pytest.raises(ConfigError, match=r"run dir: not found \(got '.*nope'\)"):
-        load_report(tmp_path / "nope")
-    (tmp_path / "empty").mkdir()
+        load_report(fast_dir / "nope")
+    (fast_dir / "empty").mkdir()
     with pytest.raises(ConfigError, match="holds no study"):
-        load_report(tmp_path / "empty")
+        load_report(fast_dir / "empty")
     with pytest.raises(ConfigError, match="SQLite file not found"):
-        load_report(f"sqlite:///{tmp_path / 'missing.db'}")
-    optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'blank.db'}")  # tables, no study
+        load_report(f"sqlite:///{fast_dir / 'missing.db'}")
+    blank = new_sqlite("blank.db")  # Optuna's tables, no study
     with pytest.raises(ConfigError, match=r"study: .* holds no study"):
-        load_report(f"sqlite:///{tmp_path / 'blank.db'}")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["blank.db", "empty"]
-    assert list((tmp_path / "empty").iterdir()) == []
+        load_report(blank)
+    assert sorted(p.name for p in fast_dir.iterdir()) == ["blank.db", "empty"]
+    assert list((fast_dir / "empty").iterdir()) == []
 
 
 # -- the CLI on bad input ------------------------------------------------------------------
