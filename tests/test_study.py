@@ -317,7 +317,7 @@ def test_conditional_params_are_absent_from_inactive_trials(url):
     recorder = StudyRecorder(config, url)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the experimental `group` warning is handled
-        drawn = ask_and_tell(recorder, 16, "t")
+        drawn = ask_and_tell(recorder, 12, "t")  # 10 start-up trials, then the model's
     assert {p["opt"] for p in drawn} == {"adam", "sgd"}
     for params, trial in zip(drawn, recorder.study.trials):
         assert trial.params == params
