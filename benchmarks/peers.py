@@ -99,8 +99,13 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
         knob = {**options.get("cost_aware", {}),
                 "aggressiveness": float(policy.rsplit("-a", 1)[1])}
         return _cost_aware(max_epochs, mode, name=policy, **knob)
-    raise ValueError(f"--policies: unknown policy (got {policy!r}); known: {', '.join(PEERS)}, "
-                     "ray-asha-gK, i-epoch-K, cost_aware-aX")
+    raise _unknown(policy)
+
+
+def _unknown(policy: str) -> ValueError:
+    """The error for a policy name no peer answers to, naming the ones that do."""
+    return ValueError(f"--policies: unknown policy (got {policy!r}); known: "
+                      f"{', '.join(PEERS)}, ray-asha-gK, i-epoch-K, cost_aware-aX")
 
 
 def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = METRIC):
@@ -116,8 +121,7 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = ME
         pruner = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_epochs,
                                                 reduction_factor=3)
     else:
-        raise ValueError(f"--policies: unknown policy (got {policy!r}); known: {', '.join(PEERS)}, "
-                     "ray-asha-gK, i-epoch-K, cost_aware-aX")
+        raise _unknown(policy)
     return OptunaPolicy(policy, pruner, mode=mode, seed=seed, max_epochs=max_epochs,
                         metric=metric)
 

@@ -353,20 +353,17 @@ class CostAwarePolicy:
         sign = board.sign()
         metric_interval = self._interval_to_metric(board, interval)
         reach = self.reach(board, trial, epoch)
-        if reach is None or incumbent is None or reach >= incumbent:
-            if reach is None or incumbent is None:
-                unsure = "too few finished trials to predict it"
-            else:
-                unsure = (f"its predicted final (80%: {_fmt_interval(metric_interval)}, "
-                          f"at best {sign * reach:.4g}) may still reach the best finished "
-                          f"trial ({sign * incumbent:.4g})")
-            return Verdict(Decision.PAUSE, f"{why}; paused: {unsure}",
-                           self._to_metric(board, predicted), metric_interval)
-        short = (f"its predicted final (80%: {_fmt_interval(metric_interval)}, at best "
-                 f"{sign * reach:.4g}) ends short of the best finished trial "
-                 f"({sign * incumbent:.4g})")
-        return Verdict(Decision.PAUSE,
-                       f"{why}; paused: {short}; judged again once no configuration is new",
+        if reach is None or incumbent is None:
+            unsure = "too few finished trials to predict it"
+        else:
+            # Reaching or short, a cut is a pause: only the guard's stop is final.
+            reaches = reach >= incumbent
+            unsure = (f"its predicted final (80%: {_fmt_interval(metric_interval)}, at best "
+                      f"{sign * reach:.4g}) "
+                      + ("may still reach" if reaches else "ends short of")
+                      + f" the best finished trial ({sign * incumbent:.4g})"
+                      + ("" if reaches else "; judged again once no configuration is new"))
+        return Verdict(Decision.PAUSE, f"{why}; paused: {unsure}",
                        self._to_metric(board, predicted), metric_interval)
 
     # -- parts --------------------------------------------------------------------------
