@@ -274,6 +274,9 @@ def ask_and_tell(recorder: StudyRecorder, n: int, tag: str) -> list[dict]:
     ("random", MIXED_SPACE, 2, 2),
     # CMA-ES's one start-up trial, then its model (one generation is 7 trials here).
     ("cmaes", MIXED_SPACE, 2, 2),
+    # Its first generation told in full (1 start-up + 7), reopened one trial into the
+    # second: the optimizer's state is restored from the study, not started afresh.
+    ("cmaes", MIXED_SPACE, 9, 3),
     ("qmc", MIXED_SPACE, 2, 2),  # its position in the sequence is kept in the study
     ("grid", GRID, 2, 4),  # the whole grid, resumed in the middle of it
 ])
