@@ -22,9 +22,8 @@ from .test_e2e_preemption import fixed_trial
 pytestmark = pytest.mark.slow
 
 #: The DDP runs go to one pytest-xdist worker (``--dist loadgroup``), one after another:
-#: each keeps two ranks and a trial of 2 CPUs busy, and the out-of-memory ladder waits a
-#: bounded time (30 s) for the rank that ran out to exit, which two DDP runs at once on
-#: two cores can exceed. (Other workers' tests still run meanwhile.)
+#: each keeps two ranks and a trial of 2 CPUs busy, and two at once would hold both
+#: cores of a 2-core CI machine. (Other workers' tests still run meanwhile.)
 ONE_DDP_AT_A_TIME = pytest.mark.xdist_group("ddp")
 
 
