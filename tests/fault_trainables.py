@@ -22,15 +22,27 @@ def _model_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     return {k: params[k] for k in _MODEL_KEYS if k in params}
 
 
-class SlowMLP(digits.DigitsMLP):
-    """The digits MLP that sleeps ``sleep_s`` after each validation epoch."""
+#: The longest a trial waits on its hold file (a test that never removes it still ends).
+HOLD_MAX_S = 300.0
 
-    def __init__(self, sleep_s: float, **kwargs: Any):
+
+class SlowMLP(digits.DigitsMLP):
+    """The digits MLP that sleeps ``sleep_s`` after each validation epoch, and then for
+    as long as the file ``hold_file`` exists (at most :data:`HOLD_MAX_S`): a test holds
+    its trials between two epochs while it checks something that takes an unknown time
+    on a busy machine, so the trials are still mid-run when it goes on."""
+
+    def __init__(self, sleep_s: float, hold_file: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.sleep_s = sleep_s
+        self.hold_file = Path(hold_file) if hold_file else None
 
     def on_validation_epoch_end(self) -> None:
         time.sleep(self.sleep_s)
+        deadline = time.monotonic() + HOLD_MAX_S
+        while (self.hold_file is not None and self.hold_file.exists()
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
 
 
 class FillingMLP(SlowMLP):
@@ -67,8 +79,10 @@ class FillingMLP(SlowMLP):
 
 
 def slow(params: dict[str, Any]):
-    """The digits MLP, ``params['sleep_s']`` seconds slower per epoch."""
-    model = SlowMLP(float(params.get("sleep_s", 1.0)), **_model_kwargs(params))
+    """The digits MLP, ``params['sleep_s']`` seconds slower per epoch, held between
+    epochs while the file ``params['hold_file']`` exists (see :class:`SlowMLP`)."""
+    model = SlowMLP(float(params.get("sleep_s", 1.0)), params.get("hold_file"),
+                    **_model_kwargs(params))
     return model, digits.DigitsData(batch_size=int(params.get("batch_size", 64)))
 
 

@@ -27,6 +27,8 @@ def clean_trial(ray_cluster, tmp_path_factory):
     return load_study(hpsearch.run(cfg, run_dir=tmp / "run", emit=None)).trials[0]
 
 
+# One pytest-xdist worker (``--dist loadgroup``) runs them all: clean_trial once.
+@pytest.mark.xdist_group("test_e2e_checkpoints-clean_trial")
 @pytest.mark.parametrize("how, reason", [
     ("flip", "checksum mismatch in trial.ckpt"),
     ("crafted", "it is not plain data: it references posix.system"),

@@ -21,6 +21,11 @@ from .test_e2e_preemption import fixed_trial
 
 pytestmark = pytest.mark.slow
 
+#: The DDP runs go to one pytest-xdist worker (``--dist loadgroup``), one after another:
+#: each keeps two ranks and a trial of 2 CPUs busy, and two at once would hold both
+#: cores of a 2-core CI machine. (Other workers' tests still run meanwhile.)
+ONE_DDP_AT_A_TIME = pytest.mark.xdist_group("ddp")
+
 
 def ddp_trial(name: str, tmp) -> dict:
     cfg = fixed_trial(name, tmp / "unused")
@@ -49,6 +54,7 @@ def rank_processes() -> list[str]:
     return found
 
 
+@ONE_DDP_AT_A_TIME
 def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):
     result = hpsearch.run(ddp_trial("ddp", in_tmp), emit=None)
     (trial,) = load_study(result).trials
@@ -62,6 +68,7 @@ def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):
     assert rank_processes() == []
 
 
+@ONE_DDP_AT_A_TIME
 def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     clean = load_study(hpsearch.run(ddp_trial("clean", in_tmp), emit=None)).trials[0]
     cfg = config_mod.apply_overrides(ddp_trial("preempted", in_tmp), {
@@ -76,6 +83,7 @@ def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     assert rank_processes() == []
 
 
+@ONE_DDP_AT_A_TIME
 def test_a_pruned_ddp_trial_ends_all_its_ranks(ray_cluster, in_tmp):
     run_dir = in_tmp / "asha-ddp"
     enqueue(run_dir, "asha-ddp", "max", [GOOD, GOOD, BAD])
@@ -91,6 +99,7 @@ def test_a_pruned_ddp_trial_ends_all_its_ranks(ray_cluster, in_tmp):
     assert rank_processes() == []
 
 
+@ONE_DDP_AT_A_TIME
 def test_out_of_memory_on_another_rank_climbs_the_ladder(ray_cluster, in_tmp):
     # Only rank 1 runs out of memory: rank 0 sees its peer vanish, not the OOM itself.
     cfg = oom_trial("ddp-oom", batch=128, limit=40, **{

@@ -106,19 +106,27 @@ EPOCHS = 6
 @pytest.mark.parametrize("how", ["sigkill", "sigterm", "sigint_twice"])
 def test_a_stopped_driver_resumes_without_losing_money(in_tmp, how):
     name = f"stop-{how}"
-    driver = start(in_tmp, space(name, epochs=EPOCHS, sleep_s=1.5))
+    hold = in_tmp / "hold"  # while it exists, the trials wait between two epochs
+    driver = start(in_tmp, space(name, epochs=EPOCHS, sleep_s=1.5, hold_file=str(hold)))
     checkpoints = in_tmp / "run" / "checkpoints"
 
     def ready(lines):  # both first trials have a checkpoint, neither is done
-        return mid_run(lines) and all(list(checkpoints.glob(f"trial-000{n}/epoch-*"))
-                                      for n in (0, 1))
+        return (mid_run(lines) and "complete after" not in "".join(lines)
+                and all(list(checkpoints.glob(f"trial-000{n}/epoch-*")) for n in (0, 1)))
 
     lines = read_until(driver, ready)
     if how == "sigkill":
         # Meanwhile a second driver on the same run dir is refused, naming the first.
-        second = subprocess.run([sys.executable, "-m", "hpsearch", "run", "space.yaml",
-                                 "--run-dir", "run"], cwd=in_tmp, env=ENV,
-                                capture_output=True, text=True, timeout=120)
+        # The trials are held meanwhile: on a busy machine that driver takes longer
+        # than the epochs the first trials have left, and they must still be mid-run
+        # when the first driver is stopped.
+        hold.touch()
+        try:
+            second = subprocess.run([sys.executable, "-m", "hpsearch", "run", "space.yaml",
+                                     "--run-dir", "run"], cwd=in_tmp, env=ENV,
+                                    capture_output=True, text=True, timeout=120)
+        finally:
+            hold.unlink()
         assert second.returncode == 2
         assert second.stderr.count("\n") == 1, second.stderr
         assert f"another hpsearch driver (pid {driver.pid} on " in second.stderr

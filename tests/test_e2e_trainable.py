@@ -25,7 +25,7 @@ from hpsearch.errors import RunAborted, RunFailed
 
 from .conftest import REPO
 from .test_e2e import enqueue, load_study, spec
-from .test_e2e_ddp import rank_processes
+from .test_e2e_ddp import ONE_DDP_AT_A_TIME, rank_processes
 from .test_e2e_oom import oom_trial
 from .test_e2e_preemption import fixed_trial
 
@@ -86,6 +86,7 @@ def test_a_lightning_trainable_resumes_exactly_after_its_process_is_killed(
         assert packages_seen(in_tmp, name) == {"lightning"}, name
 
 
+@ONE_DDP_AT_A_TIME
 def test_a_lightning_ddp_trial_resumes_after_a_preemption(ray_cluster, in_tmp):
     cfg = config_mod.apply_overrides(lit_trial("lit-ddp", in_tmp), {
         "resources.devices": 2, "resources.cpu": 2, "max_epochs": 4,

@@ -856,6 +856,11 @@ CSV_COLUMNS = TRIAL_KEYS - {"params"} | {"params_lr", "params_hidden", "params_d
                                          "params_optimizer"}
 
 
+#: The tests of :func:`real_run` go to one pytest-xdist worker (``--dist loadgroup``),
+#: which makes the search once, not once a worker.
+SHARES_REAL_RUN = pytest.mark.xdist_group("test_report-real_run")
+
+
 @pytest.fixture(scope="module")
 def real_run(ray_cluster, tmp_path_factory):
     """One small real search with a pruned trial; its run dir and printed lines."""
@@ -870,6 +875,7 @@ def real_run(ray_cluster, tmp_path_factory):
     return result, lines
 
 
+@SHARES_REAL_RUN
 @slow
 def test_run_writes_the_report_and_says_where(real_run):
     result, lines = real_run
@@ -884,6 +890,7 @@ def test_run_writes_the_report_and_says_where(real_run):
     assert lines.index(report_line) < lines.index(results_line)
 
 
+@SHARES_REAL_RUN
 @slow
 def test_report_totals_match_the_ledger(real_run):
     from hpsearch.money.nodes import billed_seconds
@@ -942,6 +949,7 @@ def test_report_totals_match_the_ledger(real_run):
     assert spot["method"].startswith("estimate")
 
 
+@SHARES_REAL_RUN
 @slow
 def test_report_csv_has_one_row_per_trial(real_run):
     result, _ = real_run
@@ -956,6 +964,7 @@ def test_report_csv_has_one_row_per_trial(real_run):
     assert rows[2]["state"] == "PRUNED" and float(rows[2]["params_lr"]) == BAD["lr"]
 
 
+@SHARES_REAL_RUN
 @slow
 def test_report_html_holds_the_figures_and_loads_nothing_from_outside(real_run):
     result, _ = real_run
@@ -964,6 +973,7 @@ def test_report_html_holds_the_figures_and_loads_nothing_from_outside(real_run):
     assert "Saved by pruning (estimate)" in page and "Cost by trial state" in page
 
 
+@SHARES_REAL_RUN
 @slow
 def test_load_results_returns_one_row_per_trial(real_run):
     result, _ = real_run
@@ -979,6 +989,7 @@ def test_load_results_returns_one_row_per_trial(real_run):
     assert list(same["cost"]) == list(frame["cost"])
 
 
+@SHARES_REAL_RUN
 @slow
 def test_cli_report_writes_the_requested_formats(real_run, in_tmp):
     result, _ = real_run
@@ -996,6 +1007,7 @@ def test_cli_report_writes_the_requested_formats(real_run, in_tmp):
     assert "| 2 | PRUNED |" in (in_tmp / "report/report.md").read_text()
 
 
+@SHARES_REAL_RUN
 @slow
 def test_headless_chromium_renders_the_plots(real_run, tmp_path):
     result, _ = real_run
@@ -1050,6 +1062,7 @@ def _listening(port: int) -> bool:
         return False
 
 
+@SHARES_REAL_RUN
 @slow
 def test_cli_dashboard_serves_the_run(real_run, in_tmp):
     result, _ = real_run

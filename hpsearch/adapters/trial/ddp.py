@@ -20,6 +20,17 @@ log = logging.getLogger("hpsearch.trial")
 #: Exit code of a DDP rank process that ran out of GPU memory.
 EXIT_RANK_OOM = 3
 
+#: Seconds rank 0, after its own error, waits for a rank's out-of-memory mark before it
+#: ends the ranks (a rank that did not run out of memory and waits in a collective for
+#: rank 0 costs this wait once, on a trial that fails anyway).
+RANK_OOM_WAIT_S = 30.0
+
+
+def oom_mark(job_path: str, rank: int) -> str:
+    """The file a rank other than 0 creates when it runs out of GPU memory, before it
+    exits: next to the job file of its trial (a folder of that trial's own)."""
+    return os.path.join(os.path.dirname(job_path), f"rank{rank}.oom")
+
 
 def _rendezvous_port() -> int:
     """A free port for rank 0's TCPStore, below Linux's ephemeral range (32768+) and above
@@ -63,6 +74,7 @@ class Ranks:
         self.procs: list[Any] = []
         self._env: dict[str, str | None] = {}
         self._tmp: str | None = None
+        self._rank_oom = False
 
     def __enter__(self) -> "Ranks":
         if self.spec.devices <= 1:
@@ -105,21 +117,34 @@ class Ranks:
                  self.spec.devices, port)
         return self
 
-    def out_of_memory(self, wait_s: float = 30.0) -> bool:
-        """Whether a rank ended because it ran out of GPU memory.
+    def out_of_memory(self) -> bool:
+        """Whether a rank other than 0 ran out of GPU memory (known once the ``with``
+        block has ended with rank 0's error: see :meth:`_rank_ran_out`)."""
+        return self._rank_oom
 
-        Waits up to ``wait_s`` in all for the ranks to exit: a rank that ran out of
-        memory closes its connections (rank 0's error) before its process has printed
-        its traceback and torn torch down, which takes seconds on a loaded machine.
+    def _rank_ran_out(self, wait_s: float = RANK_OOM_WAIT_S) -> bool:
+        """Whether a rank ran out of GPU memory, told by its mark or its exit code.
+
+        A rank that runs out of memory first leaves a mark (:func:`oom_mark`, next to
+        the job file), then prints its traceback and exits with :data:`EXIT_RANK_OOM`.
+        Rank 0 sees that rank's connections close about when the mark is made; its exit
+        comes later (the traceback, torch's teardown: seconds on a loaded machine), so
+        the mark, not the exit, is what is waited for: up to ``wait_s`` in all, less
+        once every rank has exited. Called before the ranks are killed and their folder
+        removed.
         """
+        marks = [oom_mark(os.path.join(self._tmp, "job.pkl"), rank)
+                 for rank in range(1, self.spec.devices)]
         deadline = time.monotonic() + wait_s
-        for proc in self.procs:
-            try:
-                if proc.wait(timeout=max(0.1, deadline - time.monotonic())) == EXIT_RANK_OOM:
-                    return True
-            except Exception:  # still running
-                continue
-        return False
+        while True:
+            if any(os.path.exists(mark) for mark in marks):
+                return True
+            codes = [proc.poll() for proc in self.procs]
+            if EXIT_RANK_OOM in codes:
+                return True
+            if None not in codes or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.spec.devices <= 1:
@@ -135,6 +160,8 @@ class Ranks:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        if exc_type is not None and self._tmp is not None:
+            self._rank_oom = self._rank_ran_out()
         for proc in self.procs:
             try:
                 # Ranks end with rank 0's fit; a failure elsewhere leaves them waiting.

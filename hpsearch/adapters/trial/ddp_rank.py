@@ -7,7 +7,7 @@ seed, applies the same OOM rungs, resumes from the same checkpoint, and trains i
 of each epoch. It reports nothing and writes no checkpoint: at each epoch's end it takes
 rank 0's decision (checkpoint now? stop?) by a broadcast and joins the save's barrier.
 It exits 0 after the fit, :data:`~hpsearch.adapters.trial.runner.EXIT_RANK_OOM` when it runs
-out of GPU memory, 1 on any other error (the traceback goes to its log), and is killed
+out of GPU memory (having first created its :func:`~hpsearch.adapters.trial.ddp.oom_mark`), 1 on any other error (the traceback goes to its log), and is killed
 with the thread of rank 0 that started it.
 """
 
@@ -43,6 +43,7 @@ def main(argv: list[str]) -> int:
 
     from hpsearch.adapters.trial import runner
     from hpsearch.adapters.trial.callbacks import Follower, RngState, make
+    from hpsearch.adapters.trial.ddp import oom_mark
 
     spec = job["spec"]
     torch.set_num_threads(runner.rank_threads(spec))
@@ -58,6 +59,10 @@ def main(argv: list[str]) -> int:
             trainer.fit(built.module, **built.fit_kwargs(), ckpt_path=job["ckpt_path"],
                         weights_only=True)
     except torch.OutOfMemoryError:
+        # The mark first: rank 0 learns of it at once, not only from the exit code,
+        # which comes after the traceback and torch's teardown.
+        with open(oom_mark(job_path, rank), "w"):
+            pass
         traceback.print_exc()
         return runner.EXIT_RANK_OOM
     except Exception:
