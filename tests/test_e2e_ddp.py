@@ -131,3 +131,21 @@ def test_devices_default_to_one_process_per_whole_gpu(tmp_path):
                                ({"resources.gpu": 2}, 2), ({"resources.devices": 3}, 3)]:
         cfg = config_mod.validate(config_mod.apply_overrides(base, changes))
         assert cfg.resources.processes == processes
+
+
+def test_a_failed_rank_is_named_and_its_job_folder_removed(tmp_path, monkeypatch):
+    import tempfile
+    from types import SimpleNamespace
+
+    from hpsearch.adapters.trial.ddp import Ranks
+
+    # The job folder is made under tmp_path; a spec without a trainable makes rank 1
+    # fail as it starts, while rank 0's block itself ends without an error.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ranks = Ranks(SimpleNamespace(devices=2, log_dir=None), {}, 7, 0, None, None)
+    before = os.environ.get("MASTER_PORT")
+    with pytest.raises(RuntimeError, match=r"trial 7: DDP rank\(s\) failed: rank 1 exit 1"):
+        with ranks:
+            assert len(list(tmp_path.glob("hps-ddp-*/job.pkl"))) == 1
+    assert list(tmp_path.glob("hps-ddp-*")) == []
+    assert os.environ.get("MASTER_PORT") == before  # the rendezvous is undone too

@@ -160,19 +160,24 @@ class Ranks:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        if exc_type is not None and self._tmp is not None:
-            self._rank_oom = self._rank_ran_out()
-        for proc in self.procs:
-            try:
-                # Ranks end with rank 0's fit; a failure elsewhere leaves them waiting.
-                proc.wait(timeout=30 if exc_type is None else 1)
-            except Exception:
-                proc.kill()
-                proc.wait()
-        if exc_type is None:
-            failed = [(i + 1, p.returncode) for i, p in enumerate(self.procs) if p.returncode]
-            if failed:
-                raise RuntimeError(f"trial {self.trial_number}: DDP rank(s) failed: "
-                                   + ", ".join(f"rank {r} exit {c}" for r, c in failed))
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        try:
+            if exc_type is not None and self._tmp is not None:
+                self._rank_oom = self._rank_ran_out()
+            for proc in self.procs:
+                try:
+                    # Ranks end with rank 0's fit; a failure elsewhere leaves them waiting.
+                    proc.wait(timeout=30 if exc_type is None else 1)
+                except Exception:
+                    proc.kill()
+                    proc.wait()
+            if exc_type is None:
+                failed = [(i + 1, p.returncode) for i, p in enumerate(self.procs)
+                          if p.returncode]
+                if failed:
+                    raise RuntimeError(f"trial {self.trial_number}: DDP rank(s) failed: "
+                                       + ", ".join(f"rank {r} exit {c}" for r, c in failed))
+        finally:
+            # The job folder goes with the ranks, also when one of them failed (the
+            # error above): it held the trial's pickled job and nothing else.
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
