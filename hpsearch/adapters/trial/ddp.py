@@ -74,6 +74,7 @@ class Ranks:
         self.procs: list[Any] = []
         self._env: dict[str, str | None] = {}
         self._tmp: str | None = None
+        self._job = ""  # the job file the ranks read, in _tmp
         self._rank_oom = False
 
     def __enter__(self) -> "Ranks":
@@ -89,7 +90,7 @@ class Ranks:
         values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                   "WORLD_SIZE": str(self.spec.devices), "NODE_RANK": "0"}
         self._tmp = tempfile.mkdtemp(prefix="hps-ddp-")
-        job = os.path.join(self._tmp, "job.pkl")
+        job = self._job = os.path.join(self._tmp, "job.pkl")
         with open(job, "wb") as fh:
             # cloudpickle: a build function given as an object (a notebook's) goes by value.
             cloudpickle.dump({"spec": self.spec, "params": self.params,
@@ -133,7 +134,7 @@ class Ranks:
         once every rank has exited. Called before the ranks are killed and their folder
         removed.
         """
-        marks = [oom_mark(os.path.join(self._tmp, "job.pkl"), rank)
+        marks = [oom_mark(self._job, rank)
                  for rank in range(1, self.spec.devices)]
         deadline = time.monotonic() + wait_s
         while True:

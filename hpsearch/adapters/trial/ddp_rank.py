@@ -7,7 +7,9 @@ seed, applies the same OOM rungs, resumes from the same checkpoint, and trains i
 of each epoch. It reports nothing and writes no checkpoint: at each epoch's end it takes
 rank 0's decision (checkpoint now? stop?) by a broadcast and joins the save's barrier.
 It exits 0 after the fit, :data:`~hpsearch.adapters.trial.runner.EXIT_RANK_OOM` when it runs
-out of GPU memory (having first created its :func:`~hpsearch.adapters.trial.ddp.oom_mark`), 1 on any other error (the traceback goes to its log), and is killed
+out of GPU memory (having first created its
+:func:`~hpsearch.adapters.trial.ddp.oom_mark`), 1 on any other error (the traceback goes
+to its log), and is killed
 with the thread of rank 0 that started it.
 """
 
