@@ -1057,6 +1057,7 @@ class _Session:
     def _tuner(self, core, recorder, placement, attempts, progress, concurrency: int):
         """The Tuner: the core behind a searcher, a scheduler and a callback."""
         from ray import tune
+        from ray.tune.search import ConcurrencyLimiter
 
         from hpsearch.adapters.ray.tune import (AbortStopper, CoreScheduler, CoreSearcher,
                                                 trial_resources)
@@ -1064,7 +1065,13 @@ class _Session:
         config = self.config
         metric, mode = config.objective.metric, config.objective.mode
         checkpoints = self.checkpoints
-        callback, injector = self._callback(core, recorder, placement, attempts, progress)
+        # The limiter Tune would put around the searcher for max_concurrent_trials, held
+        # here so the callback can free the slot of an attempt Tune ends untold.
+        searcher = ConcurrencyLimiter(
+            CoreSearcher(core, attempts, metric, mode, recorder.set_attrs),
+            max_concurrent=concurrency)
+        callback, injector = self._callback(core, recorder, placement, attempts, progress,
+                                            searcher.on_trial_complete)
         spec = trial_spec(config, self.run_path,
                           getattr(self.backend, "function", None),
                           checkpoint_url=checkpoints.trials_url,
@@ -1086,12 +1093,11 @@ class _Session:
             param_space={},
             tune_config=tune.TuneConfig(
                 metric=metric, mode=mode,
-                search_alg=CoreSearcher(core, attempts, metric, mode, recorder.set_attrs),
+                search_alg=searcher,
                 scheduler=CoreScheduler(core, attempts, metric, placement),
                 # Restarts are new Ray trials of the same study trial: the core, not
                 # this count, says when the session is done.
                 num_samples=1_000_000,
-                max_concurrent_trials=concurrency,
                 reuse_actors=True,
                 trial_dirname_creator=_trial_dirname,
             ),
@@ -1109,9 +1115,10 @@ class _Session:
             ),
         )
 
-    def _callback(self, core, recorder, placement, attempts, progress):
+    def _callback(self, core, recorder, placement, attempts, progress, forget):
         """``(the core's Tune callback, the simulated-preemption injector or None)``; the
-        callback asks the storage guard about nodes that join (if checkpoints have one)."""
+        callback asks the storage guard about nodes that join (if checkpoints have one)
+        and frees an untold attempt's concurrency slot with ``forget``."""
         from hpsearch.adapters.trial import runner
         from hpsearch.adapters.ray.preemption import PreemptionCallback
         from hpsearch.adapters.ray.tune import CoreCallback, node_died
@@ -1142,7 +1149,7 @@ class _Session:
                                 lambda number: checkpoints.trial(runner.trial_name(number)),
                                 refused=guard.judge if guard is not None else None,
                                 step=guard.poll if guard is not None else None,
-                                node_gone=node_died)
+                                node_gone=node_died, forget=forget)
         return callback, injector
 
     def _close(self, core, progress: Progress) -> RunFailed | None:

@@ -54,6 +54,54 @@ def ray_cluster():
                 os.environ[name] = value
 
 
+#: How long a test that used :func:`ray_cluster` may take to give its CPUs back after it
+#: ends: Tune removes a run's placement groups as it returns, and the raylet frees them
+#: a moment later (well under a second here); a minute allows a loaded machine.
+RAY_RELEASE_S = 60.0
+
+
+def _ray_leftovers(ray) -> dict:
+    """The session cluster's resources not back in its pool: name -> amount held."""
+    total, free = ray.cluster_resources(), ray.available_resources()
+    return {name: total[name] - free.get(name, 0.0) for name in ("CPU", "GPU", "memory")
+            if name in total and free.get(name, 0.0) < total[name] - 1e-9}
+
+
+@pytest.fixture(autouse=True)
+def _gives_ray_back(request):
+    """A test that used :func:`ray_cluster` leaves all its resources free again.
+
+    Every later test on the same cluster needs them: a trial that asks for both CPUs
+    would otherwise wait for ever behind whatever this test left (an actor, a placement
+    group), far from its cause. So the leak fails the test that made it, naming what
+    is held and by whom."""
+    yield
+    if "ray_cluster" not in request.fixturenames:
+        return
+    import time
+
+    import ray
+
+    if not ray.is_initialized():
+        return
+    deadline = time.monotonic() + RAY_RELEASE_S
+    try:
+        while (held := _ray_leftovers(ray)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    except Exception:  # Ray no longer answers this process: the test's failure says why
+        return
+    if held:
+        from ray.util import state
+
+        alive = [f"{a.class_name} ({a.actor_id[:8]}, {a.state})"
+                 for a in state.list_actors(filters=[("state", "!=", "DEAD")])]
+        groups = [f"{g.placement_group_id[:8]} {g.state}"
+                  for g in state.list_placement_groups(filters=[("state", "!=", "REMOVED")])]
+        pytest.fail(f"{request.node.nodeid} left Ray resources held {RAY_RELEASE_S:.0f} s "
+                    f"after it ended: {held}; actors alive: {alive or 'none'}; "
+                    f"placement groups: {groups or 'none'}", pytrace=False)
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     """Run with the working directory in a fresh temporary folder."""

@@ -126,3 +126,33 @@ def scripted_curve(params: dict[str, Any]):
     model = CurveMLP(float(params["quality"]), sleep_s=float(params.get("sleep_s", 0.0)),
                      **_model_kwargs(params))
     return model, digits.DigitsData()
+
+
+class LingeringMLP(SlowMLP):
+    """The digits MLP whose stop (Tune's SystemExit at a report) takes ``linger_s``
+    seconds to unwind, as a slow checkpoint write or teardown would, in a process whose
+    wait for a stopped trial's thread (Ray's ``TUNE_FUNCTION_THREAD_TIMEOUT_S``, read by
+    the next trial's reset) is ``thread_wait_s``: the next trial handed to this process
+    then finds it still busy."""
+
+    def __init__(self, linger_s: float, thread_wait_s: int, **kwargs: Any):
+        super().__init__(sleep_s=0.0, **kwargs)
+        self.linger_s = linger_s
+        os.environ["TUNE_FUNCTION_THREAD_TIMEOUT_S"] = str(thread_wait_s)  # Ray: an int
+
+    def configure_callbacks(self):
+        linger_s = self.linger_s
+
+        class Linger(digits.pl.Callback):
+            def on_exception(self, trainer, pl_module, exception) -> None:
+                if isinstance(exception, SystemExit):
+                    time.sleep(linger_s)
+
+        return [Linger()]
+
+
+def lingering(params: dict[str, Any]):
+    """The digits MLP whose stop unwinds slowly (see :class:`LingeringMLP`)."""
+    model = LingeringMLP(float(params["linger_s"]), int(params["thread_wait_s"]),
+                         **_model_kwargs(params))
+    return model, digits.DigitsData(batch_size=int(params.get("batch_size", 64)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -111,6 +112,30 @@ def test_asha_prunes_a_hopeless_trial(ray_cluster, in_tmp):
     assert bad.user_attrs["stop_reason"].startswith("asha: stopped at epoch 1/4")
     assert trials[0].state == TrialState.COMPLETE
     assert sorted(trials[0].intermediate_values) == [1, 2, 3, 4]
+
+
+@pytest.mark.timeout(300)  # without the requeue below, Tune waits for ever
+def test_a_trial_tune_could_not_hand_to_a_busy_process_runs_again(ray_cluster, in_tmp):
+    # BAD is stopped at epoch 1 and takes 4 s to unwind; the next trial, handed the same
+    # process, finds it still busy after Ray's wait (1 s here, 60 s by default): Tune
+    # drops that attempt without telling anyone, and the driver queues the trial again.
+    run_dir = in_tmp / "busy"
+    enqueue(run_dir, "busy", "max", [GOOD, BAD, GOOD])
+    cfg = config_mod.apply_overrides(pruning_spec("busy", {
+        "policy": "asha", "min_epochs": 1, "reduction_factor": 2}), {
+        "trainable": "tests.fault_trainables:lingering",
+        "space.linger_s": {"type": "categorical", "choices": [4.0]},
+        "space.thread_wait_s": {"type": "categorical", "choices": [1]}})
+    result = hpsearch.run(cfg, run_dir=run_dir, emit=None)
+
+    trials = load_study(result).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED,
+                                         TrialState.COMPLETE]
+    assert sorted(trials[2].intermediate_values) == [1, 2, 3, 4]
+    assert "failures" not in trials[2].user_attrs  # no retry used
+    log = (run_dir / "hpsearch.log").read_text()
+    assert re.search(r"trial 2: Ray Tune ended attempt \S+ before it ran \(.*reset_config",
+                     log), log[-3000:]
 
 
 def test_median_pruner_prunes_a_hopeless_trial(ray_cluster, in_tmp):

@@ -231,6 +231,9 @@ class CoreCallback(_Inert, Callback):
         node_gone: ``node id -> bool``: whether Ray reports that node dead (waiting for
             Ray's health check); asked only when an attempt's error says its process was
             unreachable, which is how a node that vanished can first show.
+        forget: Ray trial id -> None: frees the concurrency slot of an attempt Tune
+            ended without telling anyone (the limiter's ``on_trial_complete``; see
+            :meth:`_untold_errors`).
     """
 
     def __init__(self, core: SearchCore, attempts: Attempts,
@@ -241,8 +244,10 @@ class CoreCallback(_Inert, Callback):
                  checkpoint_dir: Callable[[int], str] | None = None,
                  refused: Callable[[str, str], None] | None = None,
                  step: Callable[[], None] | None = None,
-                 node_gone: Callable[[str], bool] | None = None):
+                 node_gone: Callable[[str], bool] | None = None,
+                 forget: Callable[[str], None] | None = None):
         self.core, self.attempts = core, attempts
+        self.forget = forget
         self.preempted_note = preempted_note
         self.injector = injector
         self.tick = tick
@@ -315,6 +320,33 @@ class CoreCallback(_Inert, Callback):
         else:
             self.core.failed(number, text, setup=setup)
 
+    def _untold_errors(self, trials: list) -> None:
+        """Attempts Tune set to ERROR without a callback: back to the core's queue.
+
+        Tune ends an attempt silently when the process it was to reuse cannot take it:
+        ``reset_config`` waits ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` for the previous
+        trial's thread to end (its stop unwinds through the last checkpoint and
+        Lightning's teardown) and on a timeout marks the new attempt ERROR, telling
+        neither the searcher nor the callbacks. The core would count that trial live for
+        ever and Tune's concurrency limiter its slot taken: the run would wait for a next
+        trial that never comes. Such an attempt never ran (a reused process is reset
+        before it trains), so the trial is requeued as one taken off a worker's queue
+        (:meth:`~hpsearch.core.search.SearchCore.moved`: no failure, no retry used) and
+        its slot is freed (``forget``).
+        """
+        for trial in trials:
+            if trial.status != Trial.ERROR:
+                continue
+            number = self.attempts.release(trial.trial_id)
+            if number is None:
+                continue  # told already (on_trial_error), or never ours
+            text, _, _ = error_summary(trial)
+            reason = f"Ray Tune ended attempt {trial.trial_id} before it ran ({text})"
+            log.warning("trial %d: %s; it is queued again", number, reason)
+            self.core.moved(number, reason, requeue=True)
+            if self.forget is not None:
+                self.forget(trial.trial_id)
+
     def _node_gone(self, trial: Trial, error_text: str) -> bool:
         """Whether the node of a trial whose process was unreachable died (a spot node
         taken back shows so when the trial's connection is reset before Ray notices)."""
@@ -324,6 +356,7 @@ class CoreCallback(_Inert, Callback):
         return bool(node) and self.node_gone(str(node))
 
     def on_step_end(self, iteration, trials, **info) -> None:
+        self._untold_errors(trials)
         if self.heartbeat is not None:
             self.heartbeat()
         if self.step is not None:

@@ -22,7 +22,7 @@ EXIT_RANK_OOM = 3
 
 #: Seconds rank 0, after its own error, waits for a rank's out-of-memory mark before it
 #: ends the ranks (a rank that did not run out of memory and waits in a collective for
-#: rank 0 costs this wait once, on a trial that fails anyway).
+#: rank 0 costs this wait once, on a trial that fails anyway; a stop waits for none).
 RANK_OOM_WAIT_S = 30.0
 
 
@@ -162,7 +162,11 @@ class Ranks:
             else:
                 os.environ[key] = value
         try:
-            if exc_type is not None and self._tmp is not None:
+            # A stop (Tune's SystemExit at a report, Ctrl-C) is rank 0's own, never a
+            # peer's out-of-memory exit: no wait for a mark. The waiting ranks are
+            # ended below.
+            if (exc_type is not None and issubclass(exc_type, Exception)
+                    and self._tmp is not None):
                 self._rank_oom = self._rank_ran_out()
             for proc in self.procs:
                 try:

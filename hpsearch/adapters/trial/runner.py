@@ -210,6 +210,20 @@ class _TrialLog:
         self.handler.close()
 
 
+#: Ray's variable for how long a trial process Tune reuses waits for the previous
+#: trial's thread to end before it takes the next trial (Ray's default: 2 s).
+THREAD_END_VAR = "TUNE_FUNCTION_THREAD_TIMEOUT_S"
+
+#: Our value for it, in seconds. A stopped trial's thread unwinds through its last
+#: checkpoint write and Lightning's teardown (a DDP trial also through the end of its
+#: ranks): well under a second on an idle machine, seconds on a loaded one or a slow
+#: disk. Past the wait Ray drops the next attempt without telling anyone (the driver
+#: then requeues it: :meth:`hpsearch.adapters.ray.tune.CoreCallback._untold_errors`) and
+#: replaces the process. The wait ends as soon as the thread does, so a long one costs
+#: only a thread that never ends; a value set in the environment is kept.
+THREAD_END_S = 60
+
+
 def train(config: dict[str, Any], spec: TrialSpec) -> None:
     """Train one trial; the Ray Tune function trainable (use with ``tune.with_parameters``).
 
@@ -217,6 +231,8 @@ def train(config: dict[str, Any], spec: TrialSpec) -> None:
         config: The trial config: sampled params plus ``hps_trial_number``/``hps_seed``.
         spec: What every trial of the run shares.
     """
+    # Read by Tune in this process when it hands it the next trial (reset_config).
+    os.environ.setdefault(THREAD_END_VAR, str(THREAD_END_S))
     params, trial_number, seed = split_config(config)
     with _TrialLog(spec.log_dir, trial_number):
         _train(params, trial_number, seed, spec)
