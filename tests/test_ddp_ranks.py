@@ -9,6 +9,7 @@ the next trial Tune hands it.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from types import SimpleNamespace
 
@@ -66,3 +67,54 @@ def test_an_error_looks_for_another_ranks_out_of_memory_mark_first(tmp_path, mon
     looked, rank = leaving(tmp_path, monkeypatch, RuntimeError)
     assert looked == [ddp.RANK_OOM_WAIT_S]
     assert rank.killed
+
+
+def job_folder(root, name, owner=None):
+    folder = root / f"{ddp.JOB_PREFIX}{name}"
+    folder.mkdir()
+    (folder / "job.pkl").write_bytes(b"job")
+    if owner is not None:
+        (folder / ddp.OWNER).write_text(owner)
+    return folder
+
+
+def test_job_folders_of_killed_trials_are_swept_and_live_ones_kept(tmp_path):
+    me = os.getpid()
+    live = job_folder(tmp_path, "live", f"{me} {ddp._started(me)}")
+    # The same PID with another start time: that rank 0 died and its PID was reused.
+    reused = job_folder(tmp_path, "reused", f"{me} 0")
+    with open("/proc/sys/kernel/pid_max", encoding="ascii") as fh:
+        gone = job_folder(tmp_path, "gone", f"{int(fh.read()) + 1} 12345")  # never a PID
+    being_made = job_folder(tmp_path, "new")  # no owner yet
+    unreadable = job_folder(tmp_path, "odd", "not an owner")
+    other = tmp_path / "someone-else"
+    other.mkdir()
+
+    removed = ddp.sweep_orphans(str(tmp_path))
+
+    assert sorted(removed) == sorted([str(reused), str(gone)])
+    assert not reused.exists() and not gone.exists()
+    assert live.exists() and being_made.exists() and unreadable.exists() and other.exists()
+
+
+def test_a_ddp_job_folder_names_its_rank_0(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    class DoneRank(WaitingRank):
+        returncode = 0
+
+        def __init__(self, *args, **kwargs):
+            self.killed = False
+
+    monkeypatch.setattr(subprocess, "Popen", DoneRank)  # rank 1, done as it starts
+    ranks = Ranks(SimpleNamespace(devices=2, log_dir=None), {}, 5, 0, None, None)
+    ranks.__enter__()
+    try:
+        (folder,) = tmp_path.glob(f"{ddp.JOB_PREFIX}*")
+        pid, started = (folder / ddp.OWNER).read_text().split()
+        assert (int(pid), started) == (os.getpid(), ddp._started(os.getpid()))
+        assert ddp.sweep_orphans(str(tmp_path)) == []  # its owner runs: kept
+    finally:
+        ranks.__exit__(None, None, None)
+    assert list(tmp_path.glob(f"{ddp.JOB_PREFIX}*")) == []

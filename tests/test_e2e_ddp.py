@@ -7,11 +7,14 @@ whole GPUs; the ranks are real processes here too.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
 import hpsearch
+from hpsearch.adapters.trial.ddp import JOB_PREFIX
 from hpsearch.spec import config as config_mod
 from hpsearch.errors import ConfigError
 
@@ -71,6 +74,7 @@ def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):
 @ONE_DDP_AT_A_TIME
 def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     clean = load_study(hpsearch.run(ddp_trial("clean", in_tmp), emit=None)).trials[0]
+    folders = set(Path(tempfile.gettempdir()).glob(JOB_PREFIX + "*"))
     cfg = config_mod.apply_overrides(ddp_trial("preempted", in_tmp), {
         "checkpoint.every_epochs": 2, "preemption.simulate.signal": "kill",
         "preemption.simulate.at": [{"trial": 0, "epoch": 3}]})
@@ -81,6 +85,8 @@ def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     # Both ranks resumed from rank 0's checkpoint: the same curve as without preemption.
     assert preempted.intermediate_values == pytest.approx(clean.intermediate_values)
     assert rank_processes() == []
+    # The killed attempt never removed its job folder; the restart swept it.
+    assert set(Path(tempfile.gettempdir()).glob(JOB_PREFIX + "*")) - folders == set()
 
 
 @ONE_DDP_AT_A_TIME

@@ -26,6 +26,53 @@ EXIT_RANK_OOM = 3
 RANK_OOM_WAIT_S = 30.0
 
 
+#: The job folders of DDP trials, one per attempt, in the node's temporary folder (the
+#: run dir may not be on this node): ``<prefix><random>/``, holding :data:`OWNER` and the
+#: pickled job the ranks read.
+JOB_PREFIX = "hps-ddp-"
+
+#: The file of a job folder that names its rank 0: ``<pid> <start time>``.
+OWNER = "owner"
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from ``/proc``), or None
+    where it does not exist or there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]  # field 22, starttime
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def sweep_orphans(root: str | None = None) -> list[str]:
+    """Remove the job folders under ``root`` (the temporary folder) whose rank 0 is gone:
+    a trial killed outright (SIGKILL, a lost node's process) never ran the ``finally``
+    that removes its folder. A folder is an orphan when the process its :data:`OWNER`
+    names is not running, or is another process that took the same PID since (its start
+    time differs); a folder without an owner file yet (one being made) is left alone, as
+    is everything where ``/proc`` is missing. Returns the folders removed."""
+    import glob
+    import shutil
+    import tempfile
+
+    if not os.path.isdir("/proc/self"):
+        return []
+    removed = []
+    for folder in glob.glob(os.path.join(root or tempfile.gettempdir(), JOB_PREFIX + "*")):
+        try:
+            with open(os.path.join(folder, OWNER), encoding="ascii") as fh:
+                pid, started = fh.read().split()
+            alive = _started(int(pid)) == started
+        except (OSError, ValueError):
+            continue
+        if not alive:
+            shutil.rmtree(folder, ignore_errors=True)  # another user's stays
+            if not os.path.exists(folder):
+                removed.append(folder)
+    return removed
+
+
 def oom_mark(job_path: str, rank: int) -> str:
     """The file a rank other than 0 creates when it runs out of GPU memory, before it
     exits: next to the job file of its trial (a folder of that trial's own)."""
@@ -89,7 +136,11 @@ class Ranks:
         port = _rendezvous_port()
         values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                   "WORLD_SIZE": str(self.spec.devices), "NODE_RANK": "0"}
-        self._tmp = tempfile.mkdtemp(prefix="hps-ddp-")
+        for folder in sweep_orphans():
+            log.info("removed %s: its trial was killed before it could", folder)
+        self._tmp = tempfile.mkdtemp(prefix=JOB_PREFIX)
+        with open(os.path.join(self._tmp, OWNER), "w", encoding="ascii") as fh:
+            fh.write(f"{os.getpid()} {_started(os.getpid())}")
         job = self._job = os.path.join(self._tmp, "job.pkl")
         with open(job, "wb") as fh:
             # cloudpickle: a build function given as an object (a notebook's) goes by value.
