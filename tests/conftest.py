@@ -324,16 +324,6 @@ def _is_fast(item) -> bool:
     return item.get_closest_marker("slow") is None
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """In pytest-xdist workers the slow tests come first (each kind in its usual order):
-    the workers take tests in collection order, and a two-minute test drawn near the end
-    keeps one worker busy while the others have nothing left; the fast tests, a few
-    milliseconds each, then fill in around the last slow ones. Every worker sorts the
-    same way, as xdist requires; one process keeps the file order."""
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        items.sort(key=_is_fast)  # stable: False (slow) before True (fast)
-
-
 #: A module-level ``pytestmark = pytest.mark.slow``: every test of that file is slow.
 _ALL_SLOW = re.compile(r"^pytestmark\s*=\s*pytest\.mark\.slow\s*$", re.MULTILINE)
 
