@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -59,6 +60,18 @@ def leaving(tmp_path, monkeypatch, exc_type):
 def test_a_stop_ends_the_ranks_without_looking_for_an_out_of_memory_mark(
         tmp_path, monkeypatch, stop):
     looked, rank = leaving(tmp_path, monkeypatch, stop)
+    assert looked == []
+    assert rank.killed
+
+
+def test_rank_0s_own_out_of_memory_error_looks_for_no_mark(tmp_path, monkeypatch):
+    # torch's class, without importing torch here (the fast tests do not).
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    monkeypatch.setitem(sys.modules, "torch",
+                        SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
+    looked, rank = leaving(tmp_path, monkeypatch, OutOfMemoryError)
     assert looked == []
     assert rank.killed
 

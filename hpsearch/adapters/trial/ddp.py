@@ -22,7 +22,8 @@ EXIT_RANK_OOM = 3
 
 #: Seconds rank 0, after its own error, waits for a rank's out-of-memory mark before it
 #: ends the ranks (a rank that did not run out of memory and waits in a collective for
-#: rank 0 costs this wait once, on a trial that fails anyway; a stop waits for none).
+#: rank 0 costs this wait once, on a trial that fails anyway; a stop, or rank 0's own
+#: out-of-memory error, waits for none).
 RANK_OOM_WAIT_S = 30.0
 
 
@@ -71,6 +72,16 @@ def sweep_orphans(root: str | None = None) -> list[str]:
             if not os.path.exists(folder):
                 removed.append(folder)
     return removed
+
+
+def _out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is torch's out-of-memory error (False where torch is not loaded:
+    then nothing of torch raised it)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    oom = getattr(torch, "OutOfMemoryError", None)
+    return oom is not None and isinstance(exc, oom)
 
 
 def oom_mark(job_path: str, rank: int) -> str:
@@ -202,10 +213,11 @@ class Ranks:
         if self.spec.devices <= 1:
             return
         import shutil
+        import sys
 
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
+        # No process group without torch.distributed loaded: nothing to import for that.
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         for key, value in self._env.items():
             if value is None:
@@ -213,11 +225,11 @@ class Ranks:
             else:
                 os.environ[key] = value
         try:
-            # A stop (Tune's SystemExit at a report, Ctrl-C) is rank 0's own, never a
-            # peer's out-of-memory exit: no wait for a mark. The waiting ranks are
-            # ended below.
+            # A stop (Tune's SystemExit at a report, Ctrl-C) and rank 0's own
+            # out-of-memory error are rank 0's, never the echo of a peer's
+            # out-of-memory exit: no wait for a mark. The waiting ranks are ended below.
             if (exc_type is not None and issubclass(exc_type, Exception)
-                    and self._tmp is not None):
+                    and not _out_of_memory(exc) and self._tmp is not None):
                 self._rank_oom = self._rank_ran_out()
             for proc in self.procs:
                 try:
