@@ -7,6 +7,7 @@ whole GPUs; the ranks are real processes here too.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch.adapters.trial.ddp import JOB_PREFIX
+from hpsearch.adapters.trial.ddp import JOB_PREFIX, OWNER
 from hpsearch.spec import config as config_mod
 from hpsearch.errors import ConfigError
 
@@ -74,19 +75,26 @@ def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):
 @ONE_DDP_AT_A_TIME
 def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     clean = load_study(hpsearch.run(ddp_trial("clean", in_tmp), emit=None)).trials[0]
-    folders = set(Path(tempfile.gettempdir()).glob(JOB_PREFIX + "*"))
     cfg = config_mod.apply_overrides(ddp_trial("preempted", in_tmp), {
         "checkpoint.every_epochs": 2, "preemption.simulate.signal": "kill",
         "preemption.simulate.at": [{"trial": 0, "epoch": 3}]})
-    preempted = load_study(hpsearch.run(cfg, emit=None)).trials[0]
+    result = hpsearch.run(cfg, emit=None)
+    preempted = load_study(result).trials[0]
     assert preempted.state == TrialState.COMPLETE
     assert preempted.user_attrs["preemptions"] == 1
     assert preempted.user_attrs["resumed_from_epochs"] == [2]
     # Both ranks resumed from rank 0's checkpoint: the same curve as without preemption.
     assert preempted.intermediate_values == pytest.approx(clean.intermediate_values)
     assert rank_processes() == []
-    # The killed attempt never removed its job folder; the restart swept it.
-    assert set(Path(tempfile.gettempdir()).glob(JOB_PREFIX + "*")) - folders == set()
+    # The killed attempt (its rank 0 was SIGKILLed) never removed its job folder; the
+    # restart swept it. Only that attempt's folder is looked for: other pytest workers'
+    # DDP trials may have folders of their own meanwhile.
+    (killed,) = re.findall(r"killed pid (\d+) of trial 0",
+                           (result.run_dir / "hpsearch.log").read_text())
+    owners = [(folder / OWNER).read_text().split()[0]
+              for folder in Path(tempfile.gettempdir()).glob(JOB_PREFIX + "*")
+              if (folder / OWNER).exists()]
+    assert killed not in owners
 
 
 @ONE_DDP_AT_A_TIME
