@@ -88,8 +88,9 @@ def probe(port: int, again: bool = True) -> str:
 
     A worker that is ending unregisters its services before it closes its socket: for
     that moment every method answers UNIMPLEMENTED, its own included, and nothing can be
-    called. Such an answer is checked again a second later: gone by then, it was a
-    worker ending; still there, the second answer is the one reported.
+    called; a call that reaches it as its server shuts down is CANCELLED. Such an answer
+    is checked again a second later: gone by then, it was a worker ending; still there,
+    the second answer is the one reported.
 
     Returns:
         ``refused`` (gRPC UNAUTHENTICATED, or HTTP 401 from a plain HTTP server),
@@ -109,8 +110,8 @@ def probe(port: int, again: bool = True) -> str:
             return f"{method} answered OK without a token"
     if grpc.StatusCode.UNAUTHENTICATED in codes:
         return REFUSED
-    if again and grpc.StatusCode.UNIMPLEMENTED in codes and set(codes) <= {
-            grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE}:
+    ending = {grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.CANCELLED}
+    if again and ending & set(codes) and set(codes) <= ending | {grpc.StatusCode.UNAVAILABLE}:
         time.sleep(1.0)
         return probe(port, again=False) if _listening(port) else GONE
     if set(codes) != {grpc.StatusCode.UNAVAILABLE}:
