@@ -131,3 +131,25 @@ def test_a_ddp_job_folder_names_its_rank_0(tmp_path, monkeypatch):
     finally:
         ranks.__exit__(None, None, None)
     assert list(tmp_path.glob(f"{ddp.JOB_PREFIX}*")) == []
+
+
+def test_a_follower_points_its_save_into_the_job_folder_and_makes_no_folder(
+        tmp_path, monkeypatch):
+    import tempfile
+
+    from hpsearch.adapters.trial.callbacks import Follower
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    job = tmp_path / f"{ddp.JOB_PREFIX}x"
+    job.mkdir()
+    saved = []
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(broadcast=lambda obj, src: (True, False)),
+        save_checkpoint=lambda path, weights_only: saved.append(path), should_stop=False)
+
+    Follower(str(job)).on_train_epoch_end(trainer, None)
+
+    assert [os.path.dirname(p) for p in saved] == [str(job)]
+    assert list(temp.iterdir()) == []  # each rank once left an hps-rank-* folder here

@@ -20,7 +20,6 @@ import functools
 import logging
 import os
 import random
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -88,11 +87,16 @@ class Follower:
     """The callback of a DDP rank > 0: the other side of rank 0's :class:`EpochReporter`.
 
     At each epoch's end it takes rank 0's broadcast decision; it writes nothing itself
-    but enters the save's barrier (Lightning's save synchronises every rank).
+    but enters the save's barrier (Lightning's save synchronises every rank; only the
+    global rank 0 writes the file).
+
+    Args:
+        folder: Where its save points: the trial's DDP job folder, which goes with the
+            ranks (or with the sweep of a killed trial's), so nothing is left behind.
     """
 
-    def __init__(self) -> None:
-        self.scratch = tempfile.mkdtemp(prefix="hps-rank-")
+    def __init__(self, folder: str) -> None:
+        self.scratch = folder
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         save, stop = trainer.strategy.broadcast((False, False), src=0)

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     try:
         built, _, _ = runner.prepare(spec, job["params"], job["trial_number"],
                                      job["seed"], job["ladder"])
-        callbacks = [make(built.api, RngState), make(built.api, Follower)]
+        callbacks = [make(built.api, RngState), make(built.api, Follower, os.path.dirname(job_path))]
         trainer = runner.make_trainer(spec, callbacks, job["ladder"], built.api)
         if job["ckpt_path"] is None:
             trainer.fit(built.module, **built.fit_kwargs())
