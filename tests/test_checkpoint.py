@@ -28,13 +28,28 @@ class Clock:
         return self.now
 
 
+_made: list[CheckpointStore] = []
+
+
+@pytest.fixture(autouse=True)
+def _closed():
+    """Each test's stores are closed after it, as a trial closes its own: their
+    downloads (an object store's resume copies, in the temporary folder) go with them."""
+    yield
+    while _made:
+        _made.pop().close()
+
+
 def make_store(kind: str, root: Path, **kwargs) -> CheckpointStore:
     if kind == "local":
-        return CheckpointStore(root / "t", **kwargs)
-    from pyarrow import fs
+        store = CheckpointStore(root / "t", **kwargs)
+    else:
+        from pyarrow import fs
 
-    return CheckpointStore(storage.Location(f"arrow:{root}/t", fs.LocalFileSystem(),
-                                            str(root / "t")), **kwargs)
+        store = CheckpointStore(storage.Location(f"arrow:{root}/t", fs.LocalFileSystem(),
+                                                 str(root / "t")), **kwargs)
+    _made.append(store)
+    return store
 
 
 @pytest.fixture(params=["local", "object"])
@@ -76,6 +91,10 @@ def test_a_checkpoint_is_its_files_then_its_manifest(kind, tmp_path):
 
 
 def _killed_before_the_manifest(kind: str, root: str) -> None:
+    import tempfile
+
+    tempfile.tempdir = os.path.join(root, "tmp")  # the killed writer's staging: the test's
+    os.makedirs(tempfile.tempdir)
     store = make_store(kind, Path(root), keep_last=3)
     save(store, 1)
     original = store.files.write
