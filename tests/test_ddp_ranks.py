@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from hpsearch.adapters import procstat
 from hpsearch.adapters.trial import ddp
 from hpsearch.adapters.trial.ddp import Ranks
 
@@ -93,7 +94,7 @@ def job_folder(root, name, owner=None):
 
 def test_job_folders_of_killed_trials_are_swept_and_live_ones_kept(tmp_path):
     me = os.getpid()
-    live = job_folder(tmp_path, "live", f"{me} {ddp._started(me)}")
+    live = job_folder(tmp_path, "live", f"{me} {procstat.start_time(me)}")
     # The same PID with another start time: that rank 0 died and its PID was reused.
     reused = job_folder(tmp_path, "reused", f"{me} 0")
     with open("/proc/sys/kernel/pid_max", encoding="ascii") as fh:
@@ -126,7 +127,7 @@ def test_a_ddp_job_folder_names_its_rank_0(tmp_path, monkeypatch):
     try:
         (folder,) = tmp_path.glob(f"{ddp.JOB_PREFIX}*")
         pid, started = (folder / ddp.OWNER).read_text().split()
-        assert (int(pid), started) == (os.getpid(), ddp._started(os.getpid()))
+        assert (int(pid), started) == (os.getpid(), procstat.start_time(os.getpid()))
         assert ddp.sweep_orphans(str(tmp_path)) == []  # its owner runs: kept
     finally:
         ranks.__exit__(None, None, None)

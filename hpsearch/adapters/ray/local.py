@@ -54,6 +54,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpsearch.adapters import procstat
+
 #: Carried by every process of one local run's Ray: how the watchdog finds them.
 MARK_ENV = "HPSEARCH_RAY_RUN"
 #: Ray 2.60's token authentication switch (``token`` or ``disabled``).
@@ -142,14 +144,6 @@ def run_pids(mark: str, session_dirs: list[str] | tuple[str, ...] = (),
     return sorted(found)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")  # a zombie is dead; its parent has yet to reap it
-
-
 def reap(mark: str, session_dirs: list[str] | tuple[str, ...] = (),
          spare: tuple[int, ...] = (), grace_s: float = TERM_GRACE_S) -> list[int]:
     """End every process of the run ``mark``: SIGTERM, then SIGKILL after ``grace_s``.
@@ -175,11 +169,11 @@ def reap(mark: str, session_dirs: list[str] | tuple[str, ...] = (),
         except OSError:
             pass
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(procstat.running(p) for p in pids):
         time.sleep(0.05)
     # A process started while the others were being terminated is caught here too.
     for pid in sorted(set(pids) | set(targets())):
-        if _alive(pid):
+        if procstat.running(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

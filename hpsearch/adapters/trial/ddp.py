@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from hpsearch.adapters import procstat
 from hpsearch.recovery.oom import OomLadder
 
 log = logging.getLogger("hpsearch.trial")
@@ -36,16 +37,6 @@ JOB_PREFIX = "hps-ddp-"
 OWNER = "owner"
 
 
-def _started(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot, from ``/proc``), or None
-    where it does not exist or there is no ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]  # field 22, starttime
-    except (OSError, IndexError, UnicodeDecodeError):
-        return None
-
-
 def sweep_orphans(root: str | None = None) -> list[str]:
     """Remove the job folders under ``root`` (the temporary folder) whose rank 0 is gone:
     a trial killed outright (SIGKILL, a lost node's process) never ran the ``finally``
@@ -64,7 +55,9 @@ def sweep_orphans(root: str | None = None) -> list[str]:
         try:
             with open(os.path.join(folder, OWNER), encoding="ascii") as fh:
                 pid, started = fh.read().split()
-            alive = _started(int(pid)) == started
+            # A zombie rank 0 has ended too: its folder is no longer in use.
+            alive = (procstat.running(int(pid))
+                     and procstat.start_time(int(pid)) == started)
         except (OSError, ValueError):
             continue
         if not alive:
@@ -151,7 +144,7 @@ class Ranks:
             log.info("removed %s: its trial was killed before it could", folder)
         self._tmp = tempfile.mkdtemp(prefix=JOB_PREFIX)
         with open(os.path.join(self._tmp, OWNER), "w", encoding="ascii") as fh:
-            fh.write(f"{os.getpid()} {_started(os.getpid())}")
+            fh.write(f"{os.getpid()} {procstat.start_time(os.getpid())}")
         job = self._job = os.path.join(self._tmp, "job.pkl")
         with open(job, "wb") as fh:
             # cloudpickle: a build function given as an object (a notebook's) goes by value.

@@ -1,0 +1,39 @@
+"""One reader of Linux's ``/proc/<pid>/stat``, for the code that must tell whether a
+process it recorded still runs (the run's watchdog, the DDP job folders' sweep).
+
+The second field, the command name, is in parentheses and may hold spaces and ``)``, so
+the fields are counted from after its last ``)``: the process state (field 3 of
+``proc(5)``) is index 0 of what :func:`fields` returns, the start time (field 22, clock
+ticks since boot) index 19.
+"""
+
+from __future__ import annotations
+
+#: Indexes into :func:`fields`: ``proc(5)``'s field number minus 3.
+STATE, START_TIME = 0, 19
+#: States of a process that has ended: a zombie (its parent has yet to reap it), dead.
+ENDED_STATES = ("Z", "X")
+
+
+def fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, or None where the
+    process does not exist, cannot be read, or there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            after = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return after if len(after) > START_TIME else None
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has)."""
+    found = fields(pid)
+    return found is not None and found[STATE] not in ENDED_STATES
+
+
+def start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), or None where it does not
+    exist; with its pid, it names one process, as a pid alone does not once reused."""
+    found = fields(pid)
+    return None if found is None else found[START_TIME]
