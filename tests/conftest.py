@@ -417,6 +417,27 @@ def _freeze_after_imports() -> None:
         _freeze_what_is_alive()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    """Make ``@pytest.mark.xdist_group`` work with ``--dist loadgroup`` on pytest 9.
+
+    pytest-xdist (3.8) tags a grouped test for its scheduler by appending ``@<group>``
+    to ``item._nodeid`` in each worker; pytest 9 reads a node's id from ``item._id``
+    instead, so the tag never reached the scheduler and grouped tests were handed out
+    one by one like the rest. Once every implementation of this hook (xdist's
+    included) has run, a tagged id is copied to where pytest 9 reads it. Outside
+    xdist, or on a pytest that still reads ``_nodeid``, this changes nothing.
+    """
+    result = yield
+    for item in items:
+        tagged = item.__dict__.get("_nodeid")
+        if isinstance(tagged, str) and tagged != item.nodeid and hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(tagged)
+    return result
+
+
 def pytest_collectreport(report) -> None:
     _freeze_after_imports()  # a test file imported, with what it imports
 
