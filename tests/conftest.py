@@ -438,12 +438,64 @@ def pytest_collection_modifyitems(config, items):
     return result
 
 
+class SessionWatchdog:
+    """The processes a session's tests start end with it, however it ends.
+
+    A test cluster (``ray start --block`` in a session of its own, an S3 server, a
+    subprocess driver) is ended by its test's ``finally``; a pytest process killed
+    outright (SIGKILL, a CI timeout's SIGTERM, which runs no teardown) used to leave
+    it running. When slow tests are collected, each pytest process (each xdist
+    worker) marks its environment, which every process it starts inherits, and starts
+    the run's own watchdog (:mod:`hpsearch.adapters.ray.local`) with that mark: when
+    this process ends, by any means, the watchdog ends every process still carrying
+    it. (The session's Ray, :func:`ray_cluster`, has its own mark and watchdog while
+    it runs; processes started then carry that one.) :attr:`mark` is what a test that
+    builds a clean environment puts back (``tests/test_e2e_netsec.py``).
+    """
+
+    mark: str | None = None
+    _dog = None
+    _saved: str | None = None
+
+    @classmethod
+    def start(cls) -> None:
+        import secrets
+
+        from hpsearch.adapters.ray import local
+
+        cls.mark = f"pytest-{os.getpid()}-{secrets.token_hex(6)}"
+        cls._saved = os.environ.get(local.MARK_ENV)
+        cls._dog = local._Watchdog(cls.mark, tempfile.mkdtemp(prefix="hps-test-dog-"))
+        os.environ[local.MARK_ENV] = cls.mark
+
+    @classmethod
+    def stop(cls) -> None:
+        """End what is left of the session's processes (normally nothing)."""
+        if cls._dog is None:
+            return
+        from hpsearch.adapters.ray import local
+
+        if cls._saved is None:
+            os.environ.pop(local.MARK_ENV, None)
+        else:
+            os.environ[local.MARK_ENV] = cls._saved
+        cls._dog.close()
+        cls._dog = cls.mark = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session) -> None:
+    SessionWatchdog.stop()
+
+
 def pytest_collectreport(report) -> None:
     _freeze_after_imports()  # a test file imported, with what it imports
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session) -> None:
+    if any(item.get_closest_marker("slow") for item in session.items):
+        SessionWatchdog.start()  # only slow tests start processes
     _freeze_what_is_alive()
 
 

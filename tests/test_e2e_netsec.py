@@ -33,9 +33,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpsearch.adapters.ray.local import RUN_ENV
+from hpsearch.adapters.ray.local import MARK_ENV, RUN_ENV
 
-from .conftest import REPO
+from .conftest import REPO, SessionWatchdog
 from .test_e2e import spec
 from .test_e2e_preemption import _finished_and_running
 
@@ -67,8 +67,11 @@ def ray_tmp():
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without the test session's own Ray token and mark."""
+    """This environment without the test session's own Ray token and mark (but with
+    the mark of the pytest process, so its watchdog ends what a killed test leaves)."""
     env = {k: v for k, v in os.environ.items() if k not in RUN_ENV}
+    if SessionWatchdog.mark is not None:
+        env[MARK_ENV] = SessionWatchdog.mark
     env.update(PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0", **extra)
     return env
 
