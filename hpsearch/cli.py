@@ -181,6 +181,17 @@ def _add_dashboard(sub) -> None:
                            help="address to listen on (default 127.0.0.1)")
 
 
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
 def _add_doctor(sub) -> None:
     doctor = sub.add_parser(
         "doctor",
@@ -205,6 +216,9 @@ def _add_doctor(sub) -> None:
     doctor.add_argument("--address", metavar="ADDR",
                         help="a running Ray cluster to check (HOST:PORT of the head, or "
                              "auto); default cluster.address of SPACE.yaml")
+    doctor.add_argument("--timeout", metavar="S", type=_positive_seconds, default=None,
+                        help="most seconds the Ray cluster may take to answer (default "
+                             "30; a loaded head or a slow link needs more)")
     doctor.add_argument("--json", action="store_true",
                         help="print the checks as a JSON list of {name, status, message, "
                              "fix}")
@@ -441,7 +455,9 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from hpsearch.tools import doctor
 
-    checks = doctor.diagnose(args.space, args.overrides, args.run_dir, args.address)
+    checks = doctor.diagnose(args.space, args.overrides, args.run_dir, args.address,
+                             **({} if args.timeout is None
+                                else {"ray_timeout_s": args.timeout}))
     if args.json:
         print(doctor.to_json(checks))
     else:

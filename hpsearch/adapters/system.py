@@ -180,7 +180,8 @@ def cluster_info(address: str, timeout_s: float = RAY_TIMEOUT_S,
         _kill_group(proc)
         return ClusterInfo(address, seconds=time.monotonic() - start, error=(
             f"no Ray head answered within {timeout_s:g} s (something accepts connections "
-            f"there: is it the head's GCS port, 6379 by default?)"))
+            f"there: is it the head's GCS port, 6379 by default? A busy head or a slow "
+            f"link may need longer: doctor --timeout S)"))
     seconds = time.monotonic() - start
     lines = [line for line in out.splitlines() if line.startswith(MARKER)]
     if not lines:
