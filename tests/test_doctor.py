@@ -11,6 +11,7 @@ nodes declare their kind with hpsearch's custom resources.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -234,23 +235,63 @@ def test_cluster_probe_gives_up_on_a_port_where_no_ray_head_answers():
     assert doctor.cluster_checks(info)[0].status == FAIL
 
 
+#: Two Ray nodes in a process of their own (``ray.cluster_utils.Cluster``): the head
+#: declares a spot kind and an instance, the other node no kind. It prints the head's
+#: address, then holds the cluster until its standard input closes.
+TWO_NODES = """
+import sys
+from ray.cluster_utils import Cluster
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {
+    %r: 1, %r: 1}})
+try:
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    print(cluster.address, flush=True)
+    sys.stdin.read()
+finally:
+    cluster.shutdown()
+"""
+
+
 @pytest.mark.slow
 def test_doctor_lists_a_real_clusters_node_kinds(tmp_path, space):
-    from ray.cluster_utils import Cluster
+    import subprocess
+    import sys
+
+    from hpsearch.adapters.ray.local import MARK_ENV, RUN_ENV
+
+    from .conftest import REPO, SessionWatchdog
 
     instance = "aws:g4dn.xlarge"
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1,
-        "resources": {nodekinds.SPOT: 1, f"{nodekinds.INSTANCE_PREFIX}{instance}": 1}})
+    # Neither the cluster nor the doctor shares this process's Ray: a Cluster made in a
+    # process that a session's Ray already holds (ray_cluster, the session token in its
+    # environment) never answered the probe (seen under three workers, reproduced).
+    env = {k: v for k, v in os.environ.items() if k not in RUN_ENV}
+    env.update(PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0")
+    if SessionWatchdog.mark is not None:
+        env[MARK_ENV] = SessionWatchdog.mark  # ends with this pytest, however it ends
+    holder = subprocess.Popen(
+        [sys.executable, "-c", TWO_NODES % (nodekinds.SPOT,
+                                            f"{nodekinds.INSTANCE_PREFIX}{instance}")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, cwd=tmp_path)
     try:
-        cluster.add_node(num_cpus=1)  # declares no kind
-        cluster.wait_for_nodes()
-        # Joining takes the probe seconds here, and more than the default 30 s while
-        # other workers' tests load the machine (seen once): the test allows longer.
-        proc = hpsearch("doctor", str(space), "--address", cluster.address,
-                        "--timeout", "180", cwd=tmp_path)
+        address = holder.stdout.readline().strip()
+        assert address, holder.stderr.read()[-3000:] if holder.poll() is not None else ""
+        # Joining takes the probe seconds here, and more while other workers' tests
+        # load the machine: the test allows longer than the default 30 s.
+        proc = subprocess.run([sys.executable, "-m", "hpsearch", "doctor", str(space),
+                               "--address", address, "--timeout", "120"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=240)
     finally:
-        cluster.shutdown()
+        holder.stdin.close()
+        try:
+            holder.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     head = [line for line in lines if line.startswith("[ok]   ray cluster: ")]
