@@ -11,7 +11,6 @@ nodes declare their kind with hpsearch's custom resources.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -259,18 +258,13 @@ def test_doctor_lists_a_real_clusters_node_kinds(tmp_path, space):
     import subprocess
     import sys
 
-    from hpsearch.adapters.ray.local import MARK_ENV, RUN_ENV
-
-    from .conftest import REPO, SessionWatchdog
+    from .test_e2e_netsec import clean_env
 
     instance = "aws:g4dn.xlarge"
     # Neither the cluster nor the doctor shares this process's Ray: a Cluster made in a
     # process that a session's Ray already holds (ray_cluster, the session token in its
     # environment) never answered the probe (seen under three workers, reproduced).
-    env = {k: v for k, v in os.environ.items() if k not in RUN_ENV}
-    env.update(PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0")
-    if SessionWatchdog.mark is not None:
-        env[MARK_ENV] = SessionWatchdog.mark  # ends with this pytest, however it ends
+    env = clean_env()
     holder = subprocess.Popen(
         [sys.executable, "-c", TWO_NODES % (nodekinds.SPOT,
                                             f"{nodekinds.INSTANCE_PREFIX}{instance}")],
