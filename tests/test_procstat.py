@@ -25,12 +25,15 @@ def test_this_process_runs_and_has_a_start_time():
     started = procstat.start_time(os.getpid())
     assert started is not None and started.isdigit()
     assert procstat.start_time(os.getpid()) == started  # stable: it names this process
+    assert procstat.same_process(os.getpid(), started)
+    assert not procstat.same_process(os.getpid(), "0")  # another process with this pid
 
 
 def test_a_missing_process_neither_runs_nor_started():
     assert not procstat.running(never_a_pid())
     assert procstat.start_time(never_a_pid()) is None
     assert procstat.fields(never_a_pid()) is None
+    assert not procstat.same_process(never_a_pid(), "12345")
 
 
 @pytest.mark.slow  # a child process
@@ -43,6 +46,7 @@ def test_a_zombie_has_ended_but_still_has_its_start_time():
         assert procstat.fields(child.pid)[procstat.STATE] == "Z"
         assert not procstat.running(child.pid)
         assert procstat.start_time(child.pid) is not None
+        assert not procstat.same_process(child.pid, procstat.start_time(child.pid))
     finally:
         child.wait()
     assert procstat.fields(child.pid) is None  # reaped: gone

@@ -26,10 +26,13 @@ def fields(pid: int) -> list[str] | None:
     return after if len(after) > START_TIME else None
 
 
+def _not_ended(found: list[str] | None) -> bool:
+    return found is not None and found[STATE] not in ENDED_STATES
+
+
 def running(pid: int) -> bool:
     """Whether process ``pid`` exists and has not ended (a zombie has)."""
-    found = fields(pid)
-    return found is not None and found[STATE] not in ENDED_STATES
+    return _not_ended(fields(pid))
 
 
 def start_time(pid: int) -> str | None:
@@ -37,3 +40,11 @@ def start_time(pid: int) -> str | None:
     exist; with its pid, it names one process, as a pid alone does not once reused."""
     found = fields(pid)
     return None if found is None else found[START_TIME]
+
+
+def same_process(pid: int, started: str) -> bool:
+    """Whether the process that ``pid`` and ``started`` (its :func:`start_time`) named
+    still runs: it exists, has not ended, and has not been replaced by another process
+    that took the same pid since. One read of its stat file."""
+    found = fields(pid)
+    return _not_ended(found) and found[START_TIME] == started

@@ -56,8 +56,7 @@ def sweep_orphans(root: str | None = None) -> list[str]:
             with open(os.path.join(folder, OWNER), encoding="ascii") as fh:
                 pid, started = fh.read().split()
             # A zombie rank 0 has ended too: its folder is no longer in use.
-            alive = (procstat.running(int(pid))
-                     and procstat.start_time(int(pid)) == started)
+            alive = procstat.same_process(int(pid), started)
         except (OSError, ValueError):
             continue
         if not alive:
