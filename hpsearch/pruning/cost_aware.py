@@ -376,19 +376,29 @@ class CostAwarePolicy:
         if hit is None:
             if len(self._cache) > 256:
                 self._cache.clear()
-            cap = BONUS_CAP * board.spread(epoch)  # Board.ranked_score, spread hoisted
-            scores, slope = board.scores, board.slope
-            ranked = sorted(scores[t][epoch] + min(IMPROVEMENT_BONUS * slope(t, epoch), cap)
-                            for t in board.trials_at[epoch])
+            ranked = sorted(self.rank_keys(board, epoch))
             behind = sum(1 for at in board.stopped_at.values() if at < epoch)
             hit = self._cache[key] = (ranked, board.at_epoch[epoch][-1], behind)
         return hit
+
+    def rank_key(self, board: Board, trial: int, epoch: int) -> float | None:
+        """What the cut ranks ``trial`` on at ``epoch``: its score plus its capped bonus
+        for still improving (:meth:`Board.ranked_score`); None without a score there."""
+        return board.ranked_score(trial, epoch)
+
+    def rank_keys(self, board: Board, epoch: int) -> list[float]:
+        """:meth:`rank_key` of every trial with a score at ``epoch`` (the spread
+        hoisted out of the loop: a cut ranks every trial seen at its epoch)."""
+        cap = BONUS_CAP * board.spread(epoch)
+        scores, slope = board.scores, board.slope
+        return [scores[t][epoch] + min(IMPROVEMENT_BONUS * slope(t, epoch), cap)
+                for t in board.trials_at[epoch]]
 
     def cut(self, board: Board, trial: int, epoch: int,
             ratio: float | None = None) -> Cut | None:
         """Where ``trial`` stands in the rank cut at ``epoch`` now (None: too few peers
         to judge, or no score there). ``ratio`` is its epoch cost over its peers'."""
-        own = board.ranked_score(trial, epoch)
+        own = self.rank_key(board, trial, epoch)
         if own is None:
             return None
         ranked, best_raw, behind = self._ranked(board, epoch)
