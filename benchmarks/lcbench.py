@@ -100,6 +100,11 @@ OBJECTIVES = {
 }
 
 
+#: What a benchmark that needs the data prints (and exits 2) when it has none.
+NO_DATA = ("error: the benchmark data is needed: pass --data DIR or set "
+           "HPSEARCH_BENCHDATA")
+
+
 def default_data_dir() -> Path | None:
     """``$HPSEARCH_BENCHDATA``, else ``../shared/benchdata`` beside the project, if present."""
     env = os.environ.get("HPSEARCH_BENCHDATA")

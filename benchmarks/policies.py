@@ -220,6 +220,14 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
     return rows, curves
 
 
+def publish(out: Path, text: str) -> None:
+    """Write a benchmark's table to ``out`` (its folder made) and print it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print()
+    print(text)
+
+
 def fmt(x, digits=2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import lcbench
-from benchmarks.policies import run_metrics
+from benchmarks.policies import publish, run_metrics
 from hpsearch.pruning.cost_aware import Board, CostAwarePolicy, CostAwarePruner
 from hpsearch.simulate import simulate
 
@@ -221,17 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --sigmas: must be >= 0 (got {args.sigmas})", file=sys.stderr)
         return 2
     if args.data is None:
-        print("error: the benchmark data is needed: pass --data DIR or set "
-              "HPSEARCH_BENCHDATA", file=sys.stderr)
+        print(lcbench.NO_DATA, file=sys.stderr)
         return 2
     started = time.perf_counter()
-    measured = run(args.objective, args.sigmas, args.aggressiveness, args.seeds, args.data, args.n, args.workers,
-                   tasks=args.tasks)
+    measured = run(args.objective, args.sigmas, args.aggressiveness, args.seeds, args.data,
+                   args.n, args.workers, tasks=args.tasks)
     text = table(args.objective, args.sigmas, args.aggressiveness, measured)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print()
-    print(text)
+    publish(args.out, text)
     print(f"wrote {args.out} ({time.perf_counter() - started:.0f} s)")
     return 0
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks import lcbench
-from benchmarks.policies import run_all, summarise
+from benchmarks.policies import publish, run_all, summarise
 from hpsearch.pruning import cost_aware, predictor
 
 
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --only: unknown constant(s) {sorted(unknown)}", file=sys.stderr)
         return 2
     if args.data is None:
-        print("error: the benchmark data is needed: pass --data DIR or set "
-              "HPSEARCH_BENCHDATA", file=sys.stderr)
+        print(lcbench.NO_DATA, file=sys.stderr)
         return 2
     variants = [v for v in VARIANTS if not args.only or v[1] in args.only]
     lines = ["| constant | default | " + " | ".join(
@@ -124,10 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             f"money to the hit (x none), 13 development tasks, seeds "
             f"{' '.join(map(str, args.seeds))}, pools of {args.n}, {args.workers} workers.\n\n"
             + "\n".join(lines) + "\n")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print()
-    print(text)
+    publish(args.out, text)
     print(f"wrote {args.out}")
     return 0
 

@@ -387,8 +387,9 @@ class CostAwarePolicy:
         return board.ranked_score(trial, epoch)
 
     def rank_keys(self, board: Board, epoch: int) -> list[float]:
-        """:meth:`rank_key` of every trial with a score at ``epoch`` (the spread
-        hoisted out of the loop: a cut ranks every trial seen at its epoch)."""
+        """:meth:`rank_key` of every trial with a score at ``epoch``: the same
+        arithmetic with the spread hoisted out of the loop (a cut ranks every trial seen
+        at its epoch), so a subclass that changes the key overrides both."""
         cap = BONUS_CAP * board.spread(epoch)
         scores, slope = board.scores, board.slope
         return [scores[t][epoch] + min(IMPROVEMENT_BONUS * slope(t, epoch), cap)
