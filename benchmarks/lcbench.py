@@ -100,9 +100,15 @@ OBJECTIVES = {
 }
 
 
-#: What a benchmark that needs the data prints (and exits 2) when it has none.
-NO_DATA = ("error: the benchmark data is needed: pass --data DIR or set "
-           "HPSEARCH_BENCHDATA")
+def data_error(data: Path | None) -> str | None:
+    """What a benchmark that needs the data prints (and exits 2 on) when ``data`` (its
+    ``--data``) is missing or not a folder; None when it is one."""
+    if data is None:
+        return ("error: the benchmark data is needed: pass --data DIR or set "
+                "HPSEARCH_BENCHDATA")
+    if not Path(data).is_dir():
+        return f"error: --data: not a folder (got {str(data)!r})"
+    return None
 
 
 def default_data_dir() -> Path | None:

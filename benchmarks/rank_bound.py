@@ -15,6 +15,14 @@ It also says how good the score now is as a forecast, in the same terms: the Spe
 rank correlation, over every configuration of each pool, of the score at epoch 2, 5 and
 10 with the true final, against that of the noisy oracle at each ``sigma``.
 
+And it gives two floors no curve-based policy can beat in the benchmark's order, both
+with a perfect forecast after one epoch (every configuration is looked at for at least
+one epoch, as a curve must be seen before it can be judged): *screen* (the simulator, the
+workers kept busy: every configuration that will not hit is stopped after its first
+epoch, every one that will is trained to the end) and *screen, idle* (computed: the first
+epoch of each configuration before the one that hits, then that one to the end, and no
+configuration started after it; the minimum over the configurations that hit).
+
     python -m benchmarks.rank_bound [--objective acc] [--sigmas 0 0.5 1]
         [--aggressiveness 1 2 4]
         [--seeds 0 1 2 3 4] [--out benchmarks/results/rank_bound.md]
@@ -38,7 +46,12 @@ import numpy as np
 from benchmarks import lcbench
 from benchmarks.policies import publish, run_metrics
 from hpsearch.pruning.cost_aware import Board, CostAwarePolicy, CostAwarePruner
+from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
+from hpsearch.pruning.none import NoPruning
 from hpsearch.simulate import simulate
+
+#: The floors (see the module docstring), by name.
+FLOORS = ("screen", "screen, idle")
 
 #: The epochs at which the score now is compared with the oracle as a forecast.
 CHECK_EPOCHS = (2, 5, 10)
@@ -63,6 +76,43 @@ class OracleRankPolicy(CostAwarePolicy):
     def rank_keys(self, board: Board, epoch: int) -> list[float]:
         left = max(0.0, 1.0 - epoch / self.max_epochs)
         return [float(self.finals[t] + left * self.errors[t]) for t in board.trials_at[epoch]]
+
+
+class ScreenPolicy(NoPruning):
+    """The *screen* floor: stops after its first epoch every configuration not in
+    ``hits`` (the trials whose true final hits); the others train to the end."""
+
+    def __init__(self, hits: set[int]):
+        self.name = "screen"
+        self.hits = hits
+
+    def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
+        if trial in self.hits:
+            return CONTINUE
+        return Verdict(Decision.STOP, "screen: will not hit")
+
+
+def hit_trials(pool: lcbench.Pool) -> set[int]:
+    """The configurations of ``pool`` whose true final is a hit."""
+    finals, best = pool.finals(), pool.best_final()
+    return {i for i, v in enumerate(finals) if pool.objective.hits(v, best)}
+
+
+def idle_floor(pool: lcbench.Pool, order) -> float:
+    """The *screen, idle* floor in busy seconds: min over the configurations j that hit
+    of the first epochs of those before j in ``order`` plus j's whole curve (with its
+    start-up, as every start pays it)."""
+    hits = hit_trials(pool)
+    looked = 0.0
+    best = float("inf")
+    for trial in order:
+        curve = pool.curves[trial]
+        if trial in hits:
+            best = min(best, looked + curve.startup_s + curve.cum_time_s[-1])
+        looked += curve.startup_s + curve.epoch_s(1)
+        if looked >= best:
+            break
+    return best
 
 
 def _iqr(values: np.ndarray) -> float:
@@ -130,6 +180,8 @@ def run(objective: str, sigmas, knobs, seeds, data, n: int, workers: int, log=pr
     results = {v: {"hits": 0, "runs": 0, "x_none": [], "x_oracle": [], "waited": [],
                    "busy": []} for v in variants_}
     quality: dict = {}
+    floors = {name: {"hits": 0, "runs": 0, "x_none": [], "x_oracle": []}
+              for name in FLOORS}
     for task in tasks:
         for seed in seeds:
             pool = lcbench.load_pool(task, n, seed, data, objective)
@@ -145,6 +197,19 @@ def run(objective: str, sigmas, knobs, seeds, data, n: int, workers: int, log=pr
 
             base = sim(make("none", max_epochs=max_epochs, n_trials=n, seed=seed,
                             mode=pool.objective.mode))
+            oracle_s = pool.curves[pool.best()].cum_time_s[-1]
+            screen = sim(ScreenPolicy(hit_trials(pool)))
+            idle_s = idle_floor(pool, order)
+            for name, hit, money, x_oracle in (
+                    ("screen", screen["hit"], screen["money_to_hit"], screen["x_oracle"]),
+                    ("screen, idle", idle_s < float("inf"), idle_s / 3600,
+                     idle_s / oracle_s)):
+                f = floors[name]
+                f["runs"] += 1
+                if hit and base["hit"]:
+                    f["hits"] += 1
+                    f["x_none"].append(money / base["money_to_hit"])
+                    f["x_oracle"].append(x_oracle)
             for variant in variants_:
                 ranking, knob = variant
                 if ranking == "score":
@@ -165,7 +230,8 @@ def run(objective: str, sigmas, knobs, seeds, data, n: int, workers: int, log=pr
                     r["waited"].append(m["waited"])
                     r["busy"].append(m["money_to_hit"] / m["money_to_hit_fixed"])
                 log(f"{task:18s} seed {seed} {str(ranking):6s} a{knob:g} hit {str(m['hit']):5s}")
-    return {"results": results, "quality": {k: statistics.mean(v) for k, v in quality.items()}}
+    return {"results": results, "floors": floors,
+            "quality": {k: statistics.mean(v) for k, v in quality.items()}}
 
 
 def table(objective: str, sigmas, knobs, measured: dict) -> str:
@@ -196,6 +262,18 @@ def table(objective: str, sigmas, knobs, measured: dict) -> str:
               f"were busy {min(busy):.0%}-{max(busy):.0%} of the time before the hit in "
               "every run that hit, so the money to the hit is about the workers x the "
               "time to it." if busy else ""]
+    floors = measured.get("floors")
+    if floors:
+        lines += ["", "Floors with a perfect forecast after one epoch (every configuration "
+                  "looked at for one epoch, in the same order):", "",
+                  "| floor | hits | x none (median) | x none (min-max) | x oracle (median) |",
+                  "|---|---|---|---|---|"]
+        for name in FLOORS:
+            f = floors[name]
+            spread = (f"{min(f['x_none']):.2f}-{max(f['x_none']):.2f}" if f["x_none"]
+                      else "-")
+            lines.append(f"| {name} | {f['hits']}/{f['runs']} | {med(f['x_none'])} | "
+                         f"{spread} | {med(f['x_oracle'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -220,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(s < 0 for s in args.sigmas):
         print(f"error: --sigmas: must be >= 0 (got {args.sigmas})", file=sys.stderr)
         return 2
-    if args.data is None:
-        print(lcbench.NO_DATA, file=sys.stderr)
+    if lcbench.data_error(args.data):
+        print(lcbench.data_error(args.data), file=sys.stderr)
         return 2
     started = time.perf_counter()
     measured = run(args.objective, args.sigmas, args.aggressiveness, args.seeds, args.data,

@@ -93,10 +93,77 @@ def test_a_run_on_the_synthetic_pool_counts_every_variant():
     assert "| oracle, sigma 0 | 1.00 / 1.00 / 1.00 |" in text
 
 
+def _pool(curves: list[list[float]], epoch_s: list[float], mode: str = "max") -> lcbench.Pool:
+    from hpsearch.simulate import Curve
+
+    cs = [Curve(values=c, cum_time_s=[s * (e + 1) for e in range(len(c))])
+          for c, s in zip(curves, epoch_s)]
+    return lcbench.Pool(task="hand", curves=cs,
+                        configs=[{} for _ in cs], objective=lcbench.OBJECTIVES[
+                            "acc" if mode == "max" else "loss"])
+
+
+def test_the_idle_floor_is_first_epochs_before_the_hit_then_its_whole_curve():
+    """Four 10-epoch configurations; only number 2 hits (90% against 50-60%). In the
+    order 0, 1, 2, 3 the floor is the first epochs of 0 and 1 (3 s and 5 s) and all of 2
+    (10 x 2 s); the same on a loss (1 - the accuracy as a fraction) with the mode
+    flipped."""
+    finals = [0.5, 0.6, 0.9, 0.55]
+    for mode in ("max", "min"):
+        curves = [[100 * f if mode == "max" else 1.0 - f] * 10 for f in finals]
+        pool = _pool(curves, [3.0, 5.0, 2.0, 7.0], mode)
+        assert rank_bound.hit_trials(pool) == {2}
+        assert rank_bound.idle_floor(pool, [0, 1, 2, 3]) == pytest.approx(3 + 5 + 20)
+        assert rank_bound.idle_floor(pool, [2, 0, 1, 3]) == pytest.approx(20)
+
+
+def test_the_idle_floor_takes_the_cheapest_configuration_that_hits():
+    """Two hit (0 and 2); 0 is slow (100 s an epoch), so reaching 2 first is cheaper."""
+    pool = _pool([[90.0] * 4, [10.0] * 4, [90.0] * 4], [100.0, 1.0, 1.0])
+    assert rank_bound.hit_trials(pool) == {0, 2}
+    assert rank_bound.idle_floor(pool, [0, 1, 2]) == pytest.approx(100 + 1 + 4)
+
+
+def test_the_screen_floor_trains_only_the_hits_past_their_first_epoch():
+    from hpsearch.simulate import simulate
+
+    pool = _pool([[50.0] * 6, [90.0] * 6, [40.0] * 6, [30.0] * 6], [1.0] * 4)
+    result = simulate(pool.curves, [0, 1, 2, 3], 2,
+                      rank_bound.ScreenPolicy(rank_bound.hit_trials(pool)))
+    assert set(result.completed) == {1}
+    assert result.epochs_done == {0: 1, 1: 6, 2: 1, 3: 1}
+
+
+def test_a_run_reports_both_floors_no_dearer_than_the_policy():
+    measured = rank_bound.run("acc", [0.0], [1.0], [0], None, 40, 4, log=lambda *_: None,
+                              tasks=["synthetic"])
+    floors = measured["floors"]
+    assert set(floors) == set(rank_bound.FLOORS)
+    for f in floors.values():
+        assert f["runs"] == 1 and f["hits"] == 1
+    assert floors["screen, idle"]["x_none"][0] <= floors["screen"]["x_none"][0]
+    policy = measured["results"][("score", 1.0)]
+    if policy["hits"]:
+        assert floors["screen"]["x_none"][0] <= policy["x_none"][0]
+    text = rank_bound.table("acc", [0.0], [1.0], measured)
+    assert "| screen, idle | 1/1 |" in text
+
+
 @pytest.mark.parametrize("argv,field", [(["--sigmas", "-1"], "--sigmas"),
-                                        (["--aggressiveness", "0"], "--aggressiveness")])
+                                        (["--aggressiveness", "0"], "--aggressiveness"),
+                                        (["--data", "/nonexistent/benchdata"], "--data")])
 def test_bad_arguments_exit_2_naming_the_field(argv, field, tmp_path, capsys):
     out = tmp_path / "rb.md"
     assert rank_bound.main([*argv, "--out", str(out)]) == 2
-    assert field in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_sensitivity_names_a_data_folder_that_is_not_there(tmp_path, capsys):
+    from benchmarks import sensitivity
+
+    out = tmp_path / "s.md"
+    assert sensitivity.main(["--data", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    assert "--data" in capsys.readouterr().err
     assert not out.exists()
