@@ -21,24 +21,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-SPLIT_SEED = 1234
+from hpsearch.examples.digits_data import digits_sets
+
 _MODEL_KEYS = ("lr", "hidden", "dropout", "optimizer")
-
-
-def digits_sets() -> tuple[TensorDataset, TensorDataset]:
-    """The digits train and validation sets, standardised, split 80/20 (as the example)."""
-    from sklearn.datasets import load_digits
-
-    x_np, y_np = load_digits(return_X_y=True)
-    x = torch.tensor(x_np, dtype=torch.float32)
-    y = torch.tensor(y_np, dtype=torch.long)
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(SPLIT_SEED))
-    n_val = int(len(x) * 0.2)
-    val_idx, train_idx = order[:n_val], order[n_val:]
-    mean = x[train_idx].mean(0)
-    std = x[train_idx].std(0).clamp_min(1e-6)
-    x = (x - mean) / std
-    return TensorDataset(x[train_idx], y[train_idx]), TensorDataset(x[val_idx], y[val_idx])
 
 
 class LitDigitsData(L.LightningDataModule):

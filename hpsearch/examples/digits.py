@@ -14,13 +14,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-#: The train/validation split is fixed so that every trial is judged on the same images.
-SPLIT_SEED = 1234
-VAL_FRACTION = 0.2
+from hpsearch.examples.digits_data import digits_sets
 
 
 class DigitsData(pl.LightningDataModule):
-    """The digits set, standardised with training-set statistics, split 80/20."""
+    """The digits set, standardised with training-set statistics, split 80/20
+    (:func:`hpsearch.examples.digits_data.digits_sets`)."""
 
     def __init__(self, batch_size: int = 64):
         super().__init__()
@@ -31,19 +30,7 @@ class DigitsData(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        from sklearn.datasets import load_digits
-
-        x_np, y_np = load_digits(return_X_y=True)
-        x = torch.tensor(x_np, dtype=torch.float32)
-        y = torch.tensor(y_np, dtype=torch.long)
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(SPLIT_SEED))
-        n_val = int(len(x) * VAL_FRACTION)
-        val_idx, train_idx = order[:n_val], order[n_val:]
-        mean = x[train_idx].mean(0)
-        std = x[train_idx].std(0).clamp_min(1e-6)
-        x = (x - mean) / std
-        self.train_set = TensorDataset(x[train_idx], y[train_idx])
-        self.val_set = TensorDataset(x[val_idx], y[val_idx])
+        self.train_set, self.val_set = digits_sets()
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
