@@ -82,8 +82,9 @@ class ScreenPolicy(NoPruning):
     """The *screen* floor: stops after its first epoch every configuration not in
     ``hits`` (the trials whose true final hits); the others train to the end."""
 
+    name = "screen"
+
     def __init__(self, hits: set[int]):
-        self.name = "screen"
         self.hits = hits
 
     def on_result(self, trial: int, epoch: int, value: float) -> Verdict:
@@ -158,11 +159,9 @@ def variants(sigmas, knobs) -> list[tuple]:
 
 def timing(pool: lcbench.Pool, result) -> dict:
     """When the first configuration that hits started, as a share of the time to the
-    hit (``waited``), and the share of the workers' time before the hit they were busy
-    (``busy``); None for a run that did not hit."""
-    finals, best = pool.finals(), pool.best_final()
-    hits = [(t, trial) for trial, t in result.completed.items()
-            if pool.objective.hits(finals[trial], best)]
+    hit (``waited``); None for a run that did not hit."""
+    hitting = hit_trials(pool)
+    hits = [(t, trial) for trial, t in result.completed.items() if trial in hitting]
     if not hits:
         return {"waited": None}
     t_hit, trial = min(hits)
@@ -298,8 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(s < 0 for s in args.sigmas):
         print(f"error: --sigmas: must be >= 0 (got {args.sigmas})", file=sys.stderr)
         return 2
-    if lcbench.data_error(args.data):
-        print(lcbench.data_error(args.data), file=sys.stderr)
+    if error := lcbench.data_error(args.data):
+        print(error, file=sys.stderr)
         return 2
     started = time.perf_counter()
     measured = run(args.objective, args.sigmas, args.aggressiveness, args.seeds, args.data,

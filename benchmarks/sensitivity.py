@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: --only: unknown constant(s) {sorted(unknown)}", file=sys.stderr)
         return 2
-    if lcbench.data_error(args.data):
-        print(lcbench.data_error(args.data), file=sys.stderr)
+    if error := lcbench.data_error(args.data):
+        print(error, file=sys.stderr)
         return 2
     variants = [v for v in VARIANTS if not args.only or v[1] in args.only]
     lines = ["| constant | default | " + " | ".join(
