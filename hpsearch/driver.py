@@ -284,6 +284,11 @@ def _attach_log(run_dir: Path) -> logging.Handler:
     # with a clear error); Tune's check would crash the whole run on a restart's final
     # bookkeeping result instead.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    # Tune adds its JSON, CSV and TensorBoard loggers unless told not to; the tuner
+    # passes the first two itself (tune/: result.json, progress.csv). TensorBoard files
+    # nobody reads, and tensorboardX prints "NaN or Inf found in input tensor." to the
+    # terminal whenever a diverging trial reports an infinite loss.
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     return handler
 
 
@@ -1108,7 +1113,8 @@ class _Session:
                 log_to_file=True,
                 stop=AbortStopper(core),
                 callbacks=[callback, *self.backend.callbacks(),
-                           *([injector] if injector else [])],
+                           *([injector] if injector else []),
+                           tune.logger.JsonLoggerCallback(), tune.logger.CSVLoggerCallback()],
                 # The core restarts trials itself: a preemption must not use up a
                 # failure retry, and checkpoints live in the run dir.
                 failure_config=tune.FailureConfig(max_failures=0),

@@ -219,3 +219,22 @@ def test_every_result_carries_the_expected_time_and_the_study_the_cost_to_finish
     assert study.user_attrs["spent"] == pytest.approx(result.spent)
     (trial,) = study.trials
     assert trial.user_attrs["remaining_s"] == 0 and trial.user_attrs["cost_to_finish"] == 0
+
+
+def test_an_infinite_metric_prints_nothing_and_tune_keeps_json_and_csv(
+        ray_cluster, in_tmp, capfd, caplog):
+    """Tune's TensorBoard logger is off: tensorboardX printed "NaN or Inf found in input
+    tensor." for every infinite value a diverging trial reported."""
+    cfg = spec(**{"name": "diverging", "max_epochs": 2, "search.n_trials": 1,
+                  "trainable": "tests.trainables:diverging"})
+    result = hpsearch.run(cfg, emit=None)
+    out, err = capfd.readouterr()
+    # tensorboardX logged it as a warning (the terminal shows Ray's warnings).
+    assert "NaN or Inf" not in out + err
+    assert not [r for r in caplog.records if "NaN or Inf" in r.getMessage()]
+    (trial_dir,) = (result.run_dir / "tune" / "session-1").glob("trial-0000-*")
+    rows = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    assert [r["hps_epoch"] for r in rows] == [1, 2]
+    assert (trial_dir / "progress.csv").read_text().count("\n") == 3  # header and 2 rows
+    assert not list((result.run_dir / "tune").rglob("events.out.tfevents*"))
+    assert load_study(result).trials[0].state == TrialState.COMPLETE

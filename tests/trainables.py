@@ -71,6 +71,19 @@ def raise_if(params: dict[str, Any]):
     return model, digits.DigitsData()
 
 
+class DivergingMLP(digits.DigitsMLP):
+    """Also logs a metric that has diverged to infinity (a loss that blew up), as a
+    too-high learning rate makes a real one do."""
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("blown_up", float("inf"))
+
+
+def diverging(params: dict[str, Any]):
+    """The digits MLP, logging an infinite ``blown_up`` metric every epoch."""
+    return DivergingMLP(**_model_kwargs(params)), digits.DigitsData()
+
+
 def wrong_return(params: dict[str, Any]):
     """Breaks the contract: returns only the model."""
     return digits.DigitsMLP(**_model_kwargs(params))
