@@ -12,11 +12,11 @@ from optuna.trial import TrialState
 
 from hpsearch.spec import config as config_mod
 from hpsearch import keys
+from hpsearch.adapters.optuna.samplers import sampler_seed
 from hpsearch.adapters.optuna.study import (
     StudyRecorder,
     check_compatible,
     existing_study_config,
-    sampler_seed,
     trial_seed,
 )
 from hpsearch.core.lifecycle import TrialState as LState

@@ -18,12 +18,9 @@ would have.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
 import reprlib
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -37,6 +34,7 @@ from hpsearch.spec.config import Config
 from hpsearch.core.lifecycle import TrialState as TState
 from hpsearch.core.ports import EpochReport, TrialHistory
 from hpsearch.errors import ConfigError
+from hpsearch.adapters.optuna.samplers import accepting_experimental, make_sampler
 
 log = logging.getLogger(__name__)
 
@@ -53,65 +51,6 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
 def trial_seed(seed: int, number: int) -> int:
     """The seed of trial ``number`` in a run seeded with ``seed`` (stable, well spread)."""
     return (seed * 2_654_435_761 + number * 40_503 + 1) % (2**31 - 1)
-
-
-def sampler_seed(seed: int, n_trials: int) -> int:
-    """The seed of the sampler that proposes a trial when the study holds ``n_trials``."""
-    return (seed * 1_000_003 + n_trials * 2_654_435_761 + 12_345) % (2**31 - 1)
-
-
-@contextlib.contextmanager
-def _accepting_experimental(feature: str):
-    """Silence Optuna's ExperimentalWarning about ``feature`` only, only in this block."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=f".*{re.escape(feature)}",
-                                category=optuna.exceptions.ExperimentalWarning)
-        yield
-
-
-class _GridSampler(optuna.samplers.GridSampler):
-    """Optuna's GridSampler without its ``study.stop()`` on an exhausted grid: that call
-    raises outside ``study.optimize``; hpsearch caps ``search.n_trials`` at the grid's
-    size instead (see :mod:`hpsearch.spec.config`)."""
-
-    def after_trial(self, study, trial, state, values) -> None:
-        return None
-
-
-def make_sampler(config: Config, n_trials: int) -> optuna.samplers.BaseSampler:
-    """The sampler that proposes the next trial of a study holding ``n_trials`` trials.
-
-    Seeded from ``search.seed`` and ``n_trials``, so the same history gives the same
-    proposal in any session; every sampler keeps the rest of its state in the study
-    (TPE and random: the trials; CMA-ES: its optimizer in trial attributes; QMC: its
-    sequence position; grid: the visited points), which is why one built per ask
-    continues where the last left off.
-
-    Args:
-        config: The run's config (``search.sampler``, ``search.seed``, the space).
-        n_trials: Trials in the study before this ask, in any state.
-    """
-    search, space = config.search, config.space
-    seed = sampler_seed(search.seed, n_trials)
-    if search.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if search.sampler == "cmaes":
-        # Categorical and conditional params go to its independent (random) sampler;
-        # the README says so, so the per-param warning would only be noise.
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if search.sampler == "qmc":
-        with _accepting_experimental("QMCSampler"):
-            return optuna.samplers.QMCSampler(
-                scramble=True, seed=search.seed, warn_independent_sampling=False,
-                independent_sampler=optuna.samplers.RandomSampler(seed=seed))
-    if search.sampler == "grid":
-        return _GridSampler(space.grid(), seed=search.seed)
-    conditional = space.is_conditional
-    # group=True lets TPE model each set of params that occur together (a conditional
-    # space) jointly instead of falling back to independent sampling.
-    with _accepting_experimental("``group``"):
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=True,
-                                          multivariate=conditional, group=conditional)
 
 
 def existing_study_config(url: str, name: str) -> dict[str, Any] | None:
@@ -261,7 +200,7 @@ class StudyRecorder:
             )
         self.study.set_user_attr(keys.ATTR_CONFIG, config.to_dict())
         # The dashboard then labels the objective `val_loss`, not "Objective 0".
-        with _accepting_experimental("set_metric_names"):
+        with accepting_experimental("set_metric_names"):
             self.study.set_metric_names([config.objective.metric])
         from hpsearch.version import __version__
 
