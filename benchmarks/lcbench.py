@@ -204,6 +204,15 @@ class Surrogate:
                 for i in range(n)]
 
 
+def declared_space(data: Path) -> dict[str, tuple[float, float, bool]]:
+    """The LCBench space (the surrogate's ``config_space.json``, the real curves' too):
+    each numeric hyperparameter's (low, high, log scale)."""
+    space = json.loads((Path(data) / "lcbench_surrogate" / "config_space.json").read_text())
+    return {h["name"]: (float(h["lower"]), float(h["upper"]), bool(h.get("log")))
+            for h in space["hyperparameters"]
+            if h["type"] in ("uniform_int", "uniform_float") and h["name"] != "epoch"}
+
+
 def surrogate_pool(data: Path, task: str, n: int, seed: int,
                    objective: Objective | None = None) -> Pool:
     """``n`` configurations of a surrogate task (a name above or an OpenML task id)."""

@@ -21,7 +21,12 @@ share of no pruning's money to the hit on the same task and seed (``x_none``).
 
     python -m benchmarks.policies [--tasks fashion-mnist covertype higgs helena
         blood-transfusion] [--seeds 0 1 2 3 4] [--n 200] [--workers 4]
-        [--policies ...] [--data DIR] [--out DIR] [--quick]
+        [--policies ...] [--sampler order|tpe] [--data DIR] [--out DIR] [--quick]
+
+With ``--sampler tpe`` the order is not fixed: hpsearch's default sampler proposes each
+new trial from a real Optuna study of the run (:mod:`benchmarks.sampled`), so a policy's
+evidence also decides what is tried next; ``hit_started`` says how many configurations
+had started when the first one that hits did.
 
 A second table runs every policy again on spot (a third of the price) with simulated
 preemptions: the work since the last checkpoint is lost, restarts and checkpoints cost
@@ -42,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import lcbench, peers
+from benchmarks import lcbench, peers, sampled
 from hpsearch.money.nodes import fleet_cost
 from hpsearch.simulate import Preemptions, SimResult, simulate
 
@@ -172,18 +177,32 @@ SPOT_RESTART_S = 60.0
 SPOT_CHECKPOINT_S = 2.0
 
 
+#: What proposes new configurations: the pool in a seeded random order (every policy
+#: the same order), or hpsearch's default sampler (TPE) learning from the study
+#: (:mod:`benchmarks.sampled`).
+SAMPLERS = ("order", "tpe")
+SAMPLER_TEXT = {"order": "in a seeded random order (the same for every policy)",
+                "tpe": "proposed by TPE from the study, each mapped to the nearest untried "
+                       "configuration"}
+
+
 def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
-            spot_rate: float | None = None, objective: str = "acc"):
+            spot_rate: float | None = None, objective: str = "acc", sampler: str = "order"):
     """Every (task, seed, policy) run, on demand and (with ``spot_rate``) on spot with
     simulated preemptions, on ``objective`` (``acc`` or ``loss``, see
-    :data:`benchmarks.lcbench.OBJECTIVES`); returns the rows and the anytime curves (on
-    demand)."""
+    :data:`benchmarks.lcbench.OBJECTIVES`), with new configurations from ``sampler``
+    (:data:`SAMPLERS`); returns the rows and the anytime curves (on demand)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler: one of {', '.join(SAMPLERS)} (got {sampler!r})")
     rows, curves = [], {}
     markets = ["on-demand"] + (["spot"] if spot_rate else [])
+    declared = lcbench.declared_space(data) if sampler == "tpe" and data else None
     for task in tasks:
         for seed in seeds:
             pool = lcbench.load_pool(task, n, seed, data, objective)
             order = list(np.random.default_rng([seed, 1]).permutation(n))
+            space = (sampled.pool_space(pool.configs, declared if task != "synthetic"
+                                        else None) if sampler == "tpe" else None)
             max_epochs = max(c.epochs for c in pool.curves)
             for market in markets:
                 for policy in policies:
@@ -192,11 +211,15 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                                            metric=pool.objective.metric, **(options or {}))
                     spot = market == "spot"
                     started = time.perf_counter()
+                    study = (sampled.SampledStudy(pool.configs, space, pool.objective.mode,
+                                                  seed) if space else None)
                     result = simulate(pool.curves, order, workers, scheduler, preemptions=(
                         Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
-                        if spot else None), params=pool.configs)
+                        if spot else None), params=pool.configs, study=study)
                     row = {"task": task, "seed": seed, "policy": policy, "market": market,
                            "objective": pool.objective.name, "group": task_group(task),
+                           "sampler": sampler,
+                           "hit_started": hit_started(pool, result),
                            **calibration(pool, result),
                            "n": n, "workers": workers,
                            **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
@@ -218,6 +241,19 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                         f"{str(r['hit']):5s} x_none {fmt(r['x_none'])} "
                         f"regret {r['regret_pp']:.2f} pp")
     return rows, curves
+
+
+def hit_started(pool: lcbench.Pool, result: SimResult) -> int | None:
+    """How many configurations had been started when the first one whose final is a hit
+    started (1 = the first): how soon the sampler (or the order) proposed one."""
+    finals, best = pool.finals(), pool.best_final()
+    seen: list[int] = []
+    for _, trial in result.starts:
+        if trial not in seen:
+            seen.append(trial)
+            if pool.objective.hits(finals[trial], best):
+                return len(seen)
+    return None
 
 
 def publish(out: Path, text: str) -> None:
@@ -252,6 +288,8 @@ def summarise(rows: list[dict], policies, market: str = "on-demand",
         out.append({"policy": policy, "hits": len(hits), "runs": len(mine),
                     "x_none": med("x_none"), "x_none_fixed": med("x_none_fixed"),
                     "x_oracle": med("x_oracle"),
+                    "hit_started": med("hit_started", [r for r in mine
+                                                       if r.get("hit_started") is not None]),
                     "regret_pp": med("regret_pp", mine),
                     "regret_mean": (statistics.mean(r["regret_pp"] for r in mine)
                                     if mine else None),
@@ -300,7 +338,8 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None,
               f"within {lcbench.LOSS_TOLERANCE:.0%} of the pool's best final loss")
     lines = [
         f"Objective {objective.name} ({objective.metric}, {objective.mode}); tasks "
-        f"{', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; "
+        f"{', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; new "
+        f"configurations {SAMPLER_TEXT[getattr(args, 'sampler', 'order')]}; "
         f"pools of {args.n}; {args.workers} workers; hit = a trial trained to the end "
         f"{target}; regret in {unit}.",
     ]
@@ -309,8 +348,9 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None,
             "", f"Task group {name}:", "",
             "| policy | hits | money to hit (x none, median of hits) | same, fixed cluster "
             "(x none) | x oracle | regret (mean) | regret (median) | wasted share | "
-            "whole run (x none) | calibration of 80% intervals |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "whole run (x none) | calibration of 80% intervals | first hitting "
+            "configuration started (median position) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in rows:
             calib = ("-" if s.get("calibration") is None else
@@ -319,7 +359,8 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None,
                 f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
                 f"{fmt(s.get('x_none_fixed'))} | {fmt(s['x_oracle'])} | "
                 f"{fmt(s['regret_mean'], 3)} | {fmt(s['regret_pp'], 3)} | "
-                f"{fmt(s['wasted'])} | {fmt(s['money_x_none'])} | {calib} |")
+                f"{fmt(s['wasted'])} | {fmt(s['money_x_none'])} | {calib} | "
+                f"{fmt(s.get('hit_started'), 0)} |")
     lines += ["", f"Money to hit two ways: {args.workers} workers released when idle (busy "
               f"time x price), and a fixed cluster of {args.workers} nodes billed for the "
               "search's wall time to the hit, idle or not."]
@@ -411,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spot-rate", type=float, default=SPOT_RATE_PER_HOUR,
                         help="preemptions per running hour of the spot table "
                              f"(default {SPOT_RATE_PER_HOUR}; 0 = no spot table)")
+    parser.add_argument("--sampler", choices=SAMPLERS, default="order",
+                        help="order: the pool in a seeded random order, the same for every "
+                             "policy (default); tpe: hpsearch's default sampler proposes "
+                             "each new trial from the study, mapped to the nearest untried "
+                             "configuration of the pool")
     parser.add_argument("--quick", action="store_true",
                         help="one task, one seed, 60 configurations (CI; under a minute)")
     args = parser.parse_args(argv)
@@ -427,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
                                args.data, spot_rate=args.spot_rate,
-                               objective=args.objective)
+                               objective=args.objective, sampler=args.sampler)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

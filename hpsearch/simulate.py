@@ -171,7 +171,8 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
              policy: Policy | Callable[[Accountant], Policy], preemptions: Preemptions | None = None, *,
              price: Price = SIM_PRICE, budget: Budget | None = None,
              max_epochs: int | None = None, fleet: Fleet = Fleet.PER_TRIAL,
-             params: Sequence[Mapping[str, Any]] | None = None) -> SimResult:
+             params: Sequence[Mapping[str, Any]] | None = None,
+             study: MemoryStudy | None = None) -> SimResult:
     """Run a search over ``order`` (indices into ``curves``) on ``workers`` workers.
 
     Epoch ends at the same simulated time are taken in the order they were scheduled, so
@@ -195,6 +196,10 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
             fixed cluster held for the whole search (HELD).
         params: Each configuration's hyperparameters (what a policy sees on start),
             or none.
+        study: The study that hands out new configurations (default: a
+            :class:`~hpsearch.core.ports.MemoryStudy` over ``order``). Given one (a
+            sampler that proposes from what it has seen), ``order`` is unused and the
+            search may start as many new trials as the study has left.
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")
@@ -207,8 +212,10 @@ def simulate(curves: Sequence[Curve], order: Sequence[int], workers: int,
     configs = list(params) if params is not None else [{} for _ in curves]
     if len(configs) != len(curves):
         raise ValueError(f"params: one per curve ({len(curves)}), got {len(configs)}")
-    core = SearchCore(study=MemoryStudy(configs, order), accountant=accountant,
-                      policy=policy, max_epochs=epochs, new_trials=len(order),
+    if study is None:
+        study = MemoryStudy(configs, order)
+    core = SearchCore(study=study, accountant=accountant,
+                      policy=policy, max_epochs=epochs, new_trials=study.left,
                       max_restarts=math.inf, clock=clock)
     return _Simulation(curves, workers, core, clock, preemptions,
                        _Workers(accountant, price, workers, fleet)).run()
