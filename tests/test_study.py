@@ -387,3 +387,23 @@ def test_a_changed_trainable_or_objective_is_named(url):
     with pytest.raises(ConfigError, match=r"^objective: differs .*\(metric was 'val_acc', "
                        r"now 'val_f1'\)"):
         check_compatible(previous, config_mod.load(RAW, {"objective.metric": "val_f1"}))
+
+
+def test_the_default_sampler_reads_the_recorders_paused_trials_as_pruned(url):
+    """On a real SQLite study written by the recorder: TPE (the default) learns from
+    trials the core paused, which the study keeps RUNNING."""
+    from hpsearch.adapters.optuna.samplers import EndedEarlyAsPruned, StudyAsSampled
+
+    config = config_mod.load({**RAW, "search": {"sampler": "tpe", "seed": 7}})
+    recorder = StudyRecorder(config, url)
+    for _ in range(3):
+        number, _, _ = recorder.ask()
+        recorder.record_epoch(report(number, 1, 0.5))
+        recorder.set_attrs(number, {keys.ATTR_LIFECYCLE: LState.PAUSED.value})
+    running, _, _ = recorder.ask()
+    recorder.record_epoch(report(running, 1, 0.6))
+    assert isinstance(recorder.study.sampler, EndedEarlyAsPruned)
+    stored = optuna.load_study(study_name="unit", storage=url)
+    assert [t.state for t in stored.trials] == [TrialState.RUNNING] * 4
+    assert ([t.state for t in StudyAsSampled(stored).trials]
+            == [TrialState.PRUNED] * 3 + [TrialState.RUNNING])
