@@ -79,12 +79,11 @@ class SampledStudy(MemoryStudy):
         self.units = np.array([[self._unit(name, float(c.get(name, self.space[name][0])))
                                 for name in self.names] for c in self.params])
         self.untried = np.ones(len(self.params), dtype=bool)
-        self.order = []  # filled as trials are proposed (:attr:`left` counts the pool)
+        self.order = []  # pool indices in the order proposed (:attr:`left` counts the pool)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna.create_study(direction="maximize" if mode == "max"
                                           else "minimize")
         self.trials: dict[int, Any] = {}  # pool index -> its Optuna trial
-        self.proposals: list[int] = []  # pool indices in the order they were proposed
 
     def _unit(self, name: str, value: float) -> float:
         low, high, log = self.space[name]
@@ -122,7 +121,6 @@ class SampledStudy(MemoryStudy):
         trial = self.optuna.ask()
         self._suggest(trial)
         self.trials[number] = trial
-        self.proposals.append(number)
         self.order.append(number)
         self.next = len(self.order)
         self.states[number] = TrialState.RUNNING
@@ -146,10 +144,10 @@ class SampledStudy(MemoryStudy):
                attrs: Mapping[str, Any]) -> None:
         import optuna
 
+        from hpsearch.adapters.optuna.study import TOLD
+
         super().finish(number, state, value, attrs)
-        told = {TrialState.COMPLETE: optuna.trial.TrialState.COMPLETE,
-                TrialState.PRUNED: optuna.trial.TrialState.PRUNED,
-                TrialState.FAILED: optuna.trial.TrialState.FAIL}.get(state)
+        told = TOLD.get(state)
         if told is optuna.trial.TrialState.COMPLETE:
             self.optuna.tell(self.trials[number], value)
         elif told is not None:

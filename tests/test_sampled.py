@@ -107,9 +107,9 @@ def test_tpe_proposes_the_best_region_sooner_than_a_random_order():
         study = sampled.SampledStudy(pool.configs, sampled.pool_space(pool.configs), "max",
                                      seed)
         result = simulate(pool.curves, [], 2, NoPruning(), params=pool.configs, study=study)
-        tpe.append(study.proposals.index(best))
+        tpe.append(study.order.index(best))
         order.append(list(np.random.default_rng([seed, 1]).permutation(60)).index(best))
-        assert result.starts[0][1] == study.proposals[0]
+        assert result.starts[0][1] == study.order[0]
     assert np.median(tpe) < np.median(order) / 2
 
 

@@ -163,7 +163,7 @@ class _Handle:
 #: How each lifecycle state that ends a trial is told to Optuna. BUDGET_STOPPED is not
 #: told: Optuna cannot reopen a finished trial, and a later session with more money
 #: resumes it, so it stays RUNNING with ``lifecycle: budget_stopped``.
-_TOLD = {TState.COMPLETE: TrialState.COMPLETE, TState.PRUNED: TrialState.PRUNED,
+TOLD = {TState.COMPLETE: TrialState.COMPLETE, TState.PRUNED: TrialState.PRUNED,
          TState.FAILED: TrialState.FAIL}
 
 
@@ -332,7 +332,7 @@ class StudyRecorder:
         self.set_attrs(number, attrs)
         with self._lock:
             self._handles.pop(number, None)
-            told = _TOLD.get(state)
+            told = TOLD.get(state)
             if told is None:
                 return
             if told is TrialState.COMPLETE:
