@@ -304,6 +304,44 @@ def test_a_trial_that_never_reported_or_ended_nan_fails():
     assert "NaN" in study.attrs[1][keys.ATTR_ERROR]
 
 
+def test_a_trial_whose_objective_turns_nan_is_stopped_at_once_and_fails():
+    policy = Scripted()
+    core, study, clock, listener = make(n=1, policy=policy, max_epochs=10)
+    start(core)
+    clock.now = 1
+    assert epoch(core, 0, 1, 7e29) is Decision.CONTINUE
+    clock.now = 2
+    # Diverged: stopped now, not trained (and billed) for eight more NaN epochs.
+    assert epoch(core, 0, 2, math.nan) is Decision.STOP
+    assert ("result", 0, 2, math.nan) not in [tuple(x) for x in policy.seen]
+    assert [x for x in policy.seen if x[0] == "result"] == [("result", 0, 1, 7e29)]
+    assert core.ended(0) is S.FAILED
+    error = study.attrs[0][keys.ATTR_ERROR]
+    assert "NaN after epoch 2/10" in error and "diverged" in error
+    assert study.attrs[0][keys.ATTR_STOP_REASON].startswith("diverged: ")
+    assert study.attrs[0][keys.ATTR_SAVED_COST] > 0  # the eight epochs it did not pay for
+    assert study.attrs[0][keys.ATTR_EPOCHS] == 2
+    assert core.failures and "NaN" in core.failures[0].error
+    assert ("end", 0, 2, S.FAILED) in policy.seen
+
+
+def test_a_nan_objective_stops_a_trial_before_the_budget_would_keep_it_resumable():
+    # A budget stop leaves a trial BUDGET_STOPPED (resumed by a later session); a
+    # diverged one must not come back: NaN is judged first.
+    core, study, clock, _ = make(n=2, budget=Budget(max_cost_per_trial=0.0025), max_epochs=10)
+    start(core)
+    start(core)
+    clock.now = 1
+    for number in (0, 1):
+        assert epoch(core, number, 1, 0.5) is Decision.CONTINUE
+    clock.now = 2
+    # After epoch 2 a third epoch would pass the trial's 0.0025: the budget stops both.
+    for number, value in ((0, math.nan), (1, 0.4)):
+        assert epoch(core, number, 2, value) is Decision.STOP
+    assert core.ended(0) is S.FAILED
+    assert core.ended(1) is S.BUDGET_STOPPED
+
+
 def test_per_trial_budget_stops_before_the_epoch_that_would_pass_it():
     core, _, clock, _ = make(n=1, budget=Budget(max_cost_per_trial=0.0025))
     start(core)

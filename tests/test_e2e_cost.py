@@ -238,3 +238,25 @@ def test_an_infinite_metric_prints_nothing_and_tune_keeps_json_and_csv(
     assert (trial_dir / "progress.csv").read_text().count("\n") == 3  # header and 2 rows
     assert not list((result.run_dir / "tune").rglob("events.out.tfevents*"))
     assert load_study(result).trials[0].state == TrialState.COMPLETE
+
+
+def test_a_trial_whose_objective_turns_nan_is_stopped_at_that_epoch_and_fails(
+        ray_cluster, in_tmp):
+    """A diverged trial is not trained (and billed) to its last epoch: it ends FAILED
+    at its first NaN epoch, with the reason, for any policy (here none)."""
+    cfg = spec(**{"name": "nan-stop", "max_epochs": 6, "pricing": PRICE,
+                  "search.n_trials": 2, "search.concurrency": 1,
+                  "trainable": "tests.trainables:nan_from",
+                  "objective": {"metric": "val_acc_or_nan", "mode": "max"},
+                  "space.nan_from": {"type": "categorical", "choices": [2, 6]}})
+    enqueue(in_tmp / "runs" / "nan-stop", "nan-stop", "max",
+            [{**GOOD, "nan_from": 2}, {**GOOD, "nan_from": 6}])
+    result = hpsearch.run(cfg, run_dir=in_tmp / "runs" / "nan-stop", emit=None)
+    diverged, healthy = load_study(result).trials
+    assert diverged.state == TrialState.FAIL
+    # Epochs 1-2 real, epoch 3 NaN: stopped there, not after epoch 6.
+    assert sorted(diverged.intermediate_values) == [1, 2, 3]
+    assert "NaN after epoch 3/6" in diverged.user_attrs["error"]
+    assert diverged.user_attrs["stop_reason"].startswith("diverged: ")
+    assert diverged.user_attrs["epochs"] == 3
+    assert healthy.state == TrialState.COMPLETE and len(healthy.intermediate_values) == 6

@@ -84,6 +84,28 @@ def diverging(params: dict[str, Any]):
     return DivergingMLP(**_model_kwargs(params)), digits.DigitsData()
 
 
+class NaNFromMLP(digits.DigitsMLP):
+    """Also logs ``val_acc_or_nan``: its val_acc up to ``nan_from`` epochs, then NaN,
+    as a model whose weights turned NaN (a too-high learning rate) reports."""
+
+    def __init__(self, nan_from: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.nan_from = nan_from
+
+    def on_validation_epoch_end(self) -> None:
+        done = self.current_epoch + 1  # epochs completed once this one's validation ends
+        value = self.trainer.callback_metrics.get("val_acc")
+        self.log("val_acc_or_nan", float("nan") if done > self.nan_from
+                 else float(value if value is not None else 0.0))
+
+
+def nan_from(params: dict[str, Any]):
+    """The digits MLP whose objective ``val_acc_or_nan`` is NaN after
+    ``params['nan_from']`` epochs."""
+    return (NaNFromMLP(int(params.get("nan_from", 1)), **_model_kwargs(params)),
+            digits.DigitsData())
+
+
 def wrong_return(params: dict[str, Any]):
     """Breaks the contract: returns only the model."""
     return digits.DigitsMLP(**_model_kwargs(params))

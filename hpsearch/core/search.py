@@ -75,6 +75,8 @@ WAIT = Start(StartKind.WAIT)
 
 #: Who stopped a trial when the budget did (the policy name in its stop record).
 BUDGET = "budget"
+#: Who stopped a trial whose objective turned NaN (it ends FAILED, with the reason).
+DIVERGED = "diverged"
 
 
 class SearchCore:
@@ -311,6 +313,14 @@ class SearchCore:
         if record.stop is not None:
             return Decision.PAUSE if record.exit is TrialState.PAUSED else Decision.STOP
         last = epoch >= self.max_epochs
+        if new and not last and math.isnan(report.value):
+            # A NaN objective ends the trial FAILED at its last epoch whatever follows
+            # (see ended()), and in practice it never recovers (NaN weights stay NaN):
+            # end it now, FAILED, instead of paying for the rest of its epochs.
+            self._stop(record, DIVERGED, f"the objective is NaN after epoch {epoch}/"
+                       f"{self.max_epochs}: the trial diverged (a NaN objective does not "
+                       "recover)", None, TrialState.FAILED)
+            return Decision.STOP
         reason = None if last else (self.accountant.run_stop_reason()
                                     or self.accountant.trial_stop_reason(number, epoch))
         if reason is not None:
@@ -370,6 +380,8 @@ class SearchCore:
             state, metric_error = TrialState.FAILED, "trial ended without reporting an epoch"
         elif record.exit is not None:
             state = record.exit
+            if state is TrialState.FAILED and record.stop is not None:
+                metric_error = record.stop.reason
         elif math.isnan(record.value):
             state, metric_error = TrialState.FAILED, "final objective is NaN"
         else:
