@@ -76,6 +76,8 @@ def test_run_metrics_hit_money_regret_and_oracle(final_2, t_hit):
     assert m["money"] == pytest.approx(money(18 + 40 + 10))
     assert m["regret_pp"] == pytest.approx(0.0)
     assert m["x_oracle"] == pytest.approx(busy_to_hit / 40.0)  # the best alone: 40 s
+    # The trial that hit started when trial 0 freed a worker (18 s), or at once.
+    assert m["hit_start_x_oracle"] == pytest.approx({28.0: 18.0, 40.0: 0.0}[t_hit] / 40.0)
     assert m["wasted"] == 0.0
     assert m["trained_fully"] == 3
     assert m["epochs"] == 6
@@ -88,6 +90,7 @@ def test_run_metrics_when_the_policy_stops_the_best_trial():
     m = policies.run_metrics(pool, result)
     assert m["hit"] is False
     assert m["money_to_hit"] is None and m["x_oracle"] is None
+    assert m["hit_start_x_oracle"] is None
     assert m["regret_pp"] == pytest.approx(90.0 - 85.0)  # best fully trained: trial 2
     assert m["money"] == pytest.approx(money(18 + 20 + 10))
     assert m["wasted"] == pytest.approx(20 / 48)
