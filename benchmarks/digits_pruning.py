@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(rows, args.policies, metric))
     print(f"\nmedians over seeds {args.seeds}; 16 trials x 20 epochs, 2 at a time, "
-          f"money = billed trial time x the local-cpu price; found = runs that ended with "
-          f"no pruning's best {metric} or better on the same seed")
+          f"money = billed trial time x the local-cpu price; none's best or better = the "
+          f"runs that ended with no pruning's best {metric} or a better one, same seed")
     return 0
 
 

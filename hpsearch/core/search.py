@@ -314,9 +314,9 @@ class SearchCore:
             return Decision.PAUSE if record.exit is TrialState.PAUSED else Decision.STOP
         last = epoch >= self.max_epochs
         if new and not last and math.isnan(report.value):
-            # A NaN objective ends the trial FAILED at its last epoch whatever follows
-            # (see ended()), and in practice it never recovers (NaN weights stay NaN):
-            # end it now, FAILED, instead of paying for the rest of its epochs.
+            # A diverged trial: NaN weights stay NaN, so its last value would be NaN too
+            # and it would end FAILED then (see ended()). End it now, FAILED, instead of
+            # paying for the rest of its epochs.
             self._stop(record, DIVERGED, f"the objective is NaN after epoch {epoch}/"
                        f"{self.max_epochs}: the trial diverged (a NaN objective does not "
                        "recover)", None, TrialState.FAILED)
