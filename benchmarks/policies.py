@@ -70,12 +70,10 @@ def run_metrics(pool: lcbench.Pool, result: SimResult,
     finals = pool.finals()
     objective = pool.objective
     best = pool.best_final()
-    hit_times = [t for trial, t in result.completed.items()
-                 if objective.hits(finals[trial], best)]
-    t_hit = min(hit_times) if hit_times else None
-    first_hit = (min((trial for trial in result.completed
-                      if objective.hits(finals[trial], best)),
-                     key=lambda trial: result.completed[trial]) if hit_times else None)
+    hit_at = {trial: t for trial, t in result.completed.items()
+              if objective.hits(finals[trial], best)}
+    first_hit = min(hit_at, key=hit_at.get) if hit_at else None
+    t_hit = None if first_hit is None else hit_at[first_hit]
     trained = [finals[t] for t in result.completed]
     kept = (max(trained) if objective.mode == "max" else min(trained)) if trained else None
     total = result.busy_s()
