@@ -77,15 +77,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def pauses(trials) -> dict[str, int]:
-    """How many of a run's trials the policy paused (resumed or not) and resumed: a
-    resumed trial records the epochs its new process started from; one paused and never
-    resumed ended PRUNED with its pause in the reason."""
+    """How many of a run's trials the policy paused (resumed or not), and how many of
+    them were resumed (the core records both on each trial)."""
     from hpsearch import keys
 
-    resumed = sum(bool(t.user_attrs.get(keys.ATTR_RESUMED_FROM)) for t in trials)
-    never = sum("; paused:" in str(t.user_attrs.get(keys.ATTR_STOP_REASON, ""))
-                for t in trials)
-    return {"paused": resumed + never, "resumed": resumed}
+    paused = [t for t in trials if t.user_attrs.get(keys.ATTR_PAUSED_AT)]
+    return {"paused": len(paused),
+            "resumed": sum(bool(t.user_attrs.get(keys.ATTR_RESUMES)) for t in paused)}
 
 
 def table(rows: list[dict], policies, metric: str) -> str:

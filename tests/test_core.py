@@ -70,10 +70,10 @@ class Listener:
         self.lines.append(("requeued", record.number, event.value, reason))
 
 
-def make(n=3, policy=None, budget=None, max_epochs=4, **kwargs):
+def make(n=3, policy=None, budget=None, max_epochs=4, study=None, **kwargs):
     clock = Clock()
     accountant = Accountant(PRICE, budget or Budget(), Ledger(), max_epochs, clock)
-    study = MemoryStudy([{"i": i} for i in range(n)])
+    study = study or MemoryStudy([{"i": i} for i in range(n)])
     listener = Listener()
     core = SearchCore(study=study, accountant=accountant, policy=policy or Scripted(),
                       max_epochs=max_epochs, new_trials=n, listener=listener, clock=clock,
@@ -455,6 +455,41 @@ def test_closing_prunes_paused_trials_and_budget_stops_queued_ones():
     assert core.close() == []
     assert study.states == {0: S.PRUNED, 1: S.BUDGET_STOPPED}
     assert study.attrs[1][keys.ATTR_STOP_REASON] == "budget: the session ended"
+
+
+def test_each_pause_and_resume_is_recorded_and_a_later_session_counts_on():
+    # Paused after epoch 1, resumed, paused after epoch 2; the next session resumes it
+    # once more: the study holds every pause's epoch and how many were undone.
+    policy = Scripted({(0, 1): Decision.PAUSE, (0, 2): Decision.PAUSE}, resume=[0])
+    core, study, clock, _ = make(n=1, policy=policy)
+    start(core)
+    assert epoch(core, 0, 1) is Decision.PAUSE and core.ended(0) is S.PAUSED
+    assert study.attrs[0][keys.ATTR_PAUSED_AT] == [1]
+    assert keys.ATTR_RESUMES not in study.attrs[0]
+    assert (start(core).kind, core.record(0).resumes) == (StartKind.RESUME, 1)
+    assert study.attrs[0][keys.ATTR_RESUMES] == 1
+    assert epoch(core, 0, 2) is Decision.PAUSE and core.ended(0) is S.PAUSED
+    assert study.attrs[0][keys.ATTR_PAUSED_AT] == [1, 2]
+    assert core.close(interrupted=True) == []
+
+    later, _, _, _ = make(n=1, policy=Scripted(resume=[0]), study=study)
+    later.restore(study.histories())
+    assert (later.record(0).paused_at, later.record(0).resumes) == ([1, 2], 1)
+    start(later)
+    assert study.attrs[0][keys.ATTR_RESUMES] == 2
+    run_to_end(later, clock, 0, frm=3)
+    assert study.attrs[0][keys.ATTR_PAUSED_AT] == [1, 2]  # a finish keeps the record
+
+
+def test_a_preempted_trial_judged_not_worth_its_restart_counts_as_paused():
+    policy = Scripted()
+    policy.on_preempted = lambda trial, epoch: Verdict(Decision.PAUSE, "not worth it")
+    core, study, _, _ = make(n=1, policy=policy)
+    start(core)
+    epoch(core, 0, 1)
+    epoch(core, 0, 2)
+    assert core.preempted(0, "spot node taken back") is S.PAUSED
+    assert study.attrs[0][keys.ATTR_PAUSED_AT] == [2]
 
 
 def test_an_interrupted_session_settles_nothing():

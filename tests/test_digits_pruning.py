@@ -18,17 +18,19 @@ def trial(state: TrialState, value: float | None = None, **attrs) -> optuna.tria
 
 
 def test_pauses_count_a_resumed_trial_and_one_paused_for_good():
+    paused_at, resumes = keys.ATTR_PAUSED_AT, keys.ATTR_RESUMES
     trials = [
         trial(TrialState.COMPLETE, 0.9),
-        # Paused at epoch 3, resumed from that checkpoint, trained to the end.
-        trial(TrialState.COMPLETE, 0.95, **{keys.ATTR_RESUMED_FROM: [3]}),
-        # Paused and never resumed: PRUNED at the end with its pause in the reason.
-        trial(TrialState.PRUNED, **{keys.ATTR_STOP_REASON:
-                                    "cost_aware: rank 4/4 at epoch 2/20; keeps the top 3 "
-                                    "(63%); paused: too few finished trials to predict it"}),
-        # Stopped outright by the guard: not a pause.
+        # Paused after epochs 3 and 7, resumed each time, trained to the end.
+        trial(TrialState.COMPLETE, 0.95, **{paused_at: [3, 7], resumes: 2,
+                                           keys.ATTR_RESUMED_FROM: [3, 7]}),
+        # Paused and never resumed: PRUNED at the end.
+        trial(TrialState.PRUNED, **{paused_at: [2]}),
+        # Stopped outright: not a pause.
         trial(TrialState.PRUNED, **{keys.ATTR_STOP_REASON:
                                     "cost_aware: cannot reach the best finished trial"}),
+        # Restarted after a preemption, never paused: not a resume of a pause.
+        trial(TrialState.COMPLETE, 0.9, **{keys.ATTR_RESUMED_FROM: [4]}),
     ]
     assert pauses(trials) == {"paused": 2, "resumed": 1}
     assert pauses([]) == {"paused": 0, "resumed": 0}

@@ -44,6 +44,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 import hpsearch
+from hpsearch import keys
 from hpsearch.adapters.optuna.results import load_report
 from hpsearch.money.ledger import DONE, STOPPED, Interval, Ledger
 
@@ -182,6 +183,10 @@ def check_paused(trials: list[FrozenTrial], ledger: Ledger,
     for number, epochs in paused.items():
         t, last = trials[number], epochs[-1]
         assert sum(i.outcome is STOPPED for i in attempts(ledger, number)) >= len(epochs)
+        # The study records the same pauses, and how many were undone.
+        assert t.user_attrs.get(keys.ATTR_PAUSED_AT) == epochs, t.user_attrs
+        undone = len(epochs) - (max(t.intermediate_values) == last)
+        assert t.user_attrs.get(keys.ATTR_RESUMES, 0) == undone, t.user_attrs
         if max(t.intermediate_values) > last:
             assert set(epochs) <= set(t.user_attrs["resumed_from_epochs"]), t.user_attrs
         else:

@@ -571,6 +571,37 @@ def test_stop_reasons_in_the_tables_are_shortened_and_kept_whole_in_the_data(tmp
     assert "val_acc=0.08333 |" in (tmp_path / "report.md").read_text()
 
 
+def test_pauses_are_counted_per_trial_and_in_the_summary(tmp_path):
+    paused_at, resumes = keys.ATTR_PAUSED_AT, keys.ATTR_RESUMES
+    records = [
+        # Paused after 1, resumed, paused after 2, resumed: trained to the end.
+        record(0, "COMPLETE", 0.9, [0.5, 0.6, 0.8, 0.9], when=5, epochs=4,
+               **{paused_at: [1, 2], resumes: 2}, **money(2.0)),
+        # Paused after 2 and never resumed: pruned where it paused when the run ended.
+        record(1, "PRUNED", 0.3, [0.2, 0.3], when=6, epochs=2,
+               stop_reason="cost_aware: paused: ...", **{paused_at: [2]}, **money(1.0)),
+        record(2, "COMPLETE", 0.7, [0.5, 0.6, 0.65, 0.7], when=4, epochs=4, **money(2.0)),
+    ]
+    built = report.build(records, study_info())
+    rows = {r["number"]: r for r in built.trials}
+    assert (rows[0]["paused_at"], rows[0]["resumes"]) == ([1, 2], 2)
+    assert (rows[2]["paused_at"], rows[2]["resumes"]) == ([], 0)
+    s = built.summary
+    assert (s["paused_trials"], s["pauses"], s["resumes"], s["ended_paused"]) == (2, 3, 2, 1)
+    assert dict(writers.summary_lines(built))["Pauses"] == (
+        "2 trial(s) paused 3 times; 2 pause(s) undone (the trial trained on); 1 trial(s) "
+        "not resumed after their last pause")
+    header, cells = writers.table_rows(built)
+    column = header.index("paused after")
+    assert [c[column] for c in cells] == ["1, 2 (2 resumed)", "2", "-"]
+    writers.write(built, tmp_path, ["json", "csv"])
+    assert json.loads((tmp_path / "report.json").read_text())["summary"]["pauses"] == 3
+    assert "[1, 2]" in (tmp_path / "report.csv").read_text()
+    # A run that paused nothing says so.
+    quiet = report.build(records[2:], study_info())
+    assert dict(writers.summary_lines(quiet))["Pauses"] == "none"
+
+
 # -- conditional parameters ---------------------------------------------------------------
 
 #: Trials of a conditional space: ``momentum`` only with sgd, ``betas`` only with adam,

@@ -142,6 +142,9 @@ class TrialRecord:
         attempts: Processes started for it, this session and earlier ones.
         preemptions: Times it was preempted (counts against ``preemption.max_restarts``).
         failures: Times its process failed and was retried (``search.max_failures``).
+        paused_at: The epochs after which it was paused (by its policy, or judged not
+            worth a restart after a preemption), oldest first.
+        resumes: Times it was picked to train on after a pause.
         stop: Why a policy or the budget stopped or paused it; None while it may go on.
         exit: The state it takes when its process ends (set with ``stop``).
         node: The node of its current or latest attempt.
@@ -159,6 +162,8 @@ class TrialRecord:
     attempts: int = 0
     preemptions: int = 0
     failures: int = 0
+    paused_at: list[int] = field(default_factory=list)
+    resumes: int = 0
     stop: StopRecord | None = None
     exit: TrialState | None = None
     node: str | None = None

@@ -73,6 +73,8 @@ class TrialHistory:
         preemptions: Times it was preempted.
         failures: Times it failed and was retried.
         params: Its sampled parameters.
+        paused_at: The epochs after which it was paused, oldest first.
+        resumes: Times it was picked to train on after a pause.
     """
 
     number: int
@@ -83,6 +85,8 @@ class TrialHistory:
     preemptions: int = 0
     failures: int = 0
     params: Mapping[str, Any] = field(default_factory=dict)
+    paused_at: Sequence[int] = ()
+    resumes: int = 0
 
     @property
     def last_epoch(self) -> int:
@@ -230,7 +234,9 @@ class MemoryStudy:
         PAUSED / BUDGET_STOPPED when its ``lifecycle`` attribute says so (as the Optuna
         study of a real run reads it)."""
         return [TrialHistory(n, self._state(n, s), dict(self.values.get(n, {})),
-                             params=self.params[n])
+                             params=self.params[n],
+                             paused_at=list(self.attrs.get(n, {}).get(keys.ATTR_PAUSED_AT, [])),
+                             resumes=int(self.attrs.get(n, {}).get(keys.ATTR_RESUMES, 0)))
                 for n, s in sorted(self.states.items())]
 
     def _state(self, number: int, told: TrialState) -> TrialState:

@@ -162,6 +162,7 @@ class SearchCore:
             record.value = history.values.get(record.epoch)
             record.checkpoint_epoch = record.epoch
             record.preemptions, record.failures = history.preemptions, history.failures
+            record.paused_at, record.resumes = list(history.paused_at), history.resumes
             if record.state in (TrialState.RUNNING, TrialState.PENDING):
                 record.state = TrialState.PENDING
                 self.queue.append(history.number)
@@ -236,14 +237,17 @@ class SearchCore:
                 self.trials.move(number, Event.RESUMED, TrialState.PENDING)
             if number in self.budget_stopped:
                 self.budget_stopped.remove(number)
+            resumed = {}
             if was is TrialState.PAUSED:
+                record.resumes += 1
+                resumed = {keys.ATTR_RESUMES: record.resumes}
                 self.listener.trial_requeued(record, Event.RESUMED,
                                              f"picked by {self.policy.name}")
             if was in (TrialState.PAUSED, TrialState.BUDGET_STOPPED):
                 # It runs again: a driver killed from now on must resume it, not keep it
                 # paused; the reason it waited no longer holds.
                 self.study.set_attrs(number, {keys.ATTR_LIFECYCLE: TrialState.RUNNING.value,
-                                              keys.ATTR_STOP_REASON: None})
+                                              keys.ATTR_STOP_REASON: None, **resumed})
             params, seed = self.study.resume(number)
             kind = StartKind.RESUME
         record = self.trials.get(number)
@@ -462,8 +466,10 @@ class SearchCore:
         unfinished in the study (it may resume), marked as paused."""
         number = record.number
         self.trials.move(number, event, TrialState.PAUSED)
+        record.paused_at.append(record.epoch)
         self.study.set_attrs(number, {**self._money(number), keys.ATTR_EPOCHS: record.epoch,
-                                      keys.ATTR_LIFECYCLE: TrialState.PAUSED.value})
+                                      keys.ATTR_LIFECYCLE: TrialState.PAUSED.value,
+                                      keys.ATTR_PAUSED_AT: list(record.paused_at)})
         self.policy.on_end(number, record.epoch, TrialState.PAUSED)
         self.listener.trial_finished(record)
         return TrialState.PAUSED

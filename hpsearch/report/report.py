@@ -188,6 +188,8 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "wasted_cost": _finite(attrs.get(keys.ATTR_WASTED_COST)),
         "billed_s": _finite(attrs.get(keys.ATTR_BILLED_S)),
         "preemptions": int(attrs.get(keys.ATTR_PREEMPTIONS) or 0),
+        "paused_at": [int(e) for e in attrs.get(keys.ATTR_PAUSED_AT) or []],
+        "resumes": int(attrs.get(keys.ATTR_RESUMES) or 0),
         "instance": attrs.get(keys.ATTR_INSTANCE),
         "spot": None if spot is None else bool(spot),
         "share": _finite(attrs.get(keys.ATTR_SHARE)),
@@ -753,9 +755,10 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
     ``best_params``, ``best_epochs``, ``best_cost`` (the best COMPLETE trial, lowest
     number on ties; None if none completed); the money (see :func:`money_summary`);
     ``pareto_front`` (COMPLETE trials) and ``pareto_front_label`` (``"<metric> vs
-    cost"``); ``preemptions``; ``idle_gpu_cost`` (money paid while trials' GPUs ran no
-    kernel, an estimate; None when no trial sampled a GPU), ``gpu_util_mean``
-    (cost-weighted over GPU trials) and ``idle_gpu_cost_method``.
+    cost"``); ``preemptions``; the pauses (see :func:`pause_summary`);
+    ``idle_gpu_cost`` (money paid while trials' GPUs ran no kernel, an estimate; None
+    when no trial sampled a GPU), ``gpu_util_mean`` (cost-weighted over GPU trials) and
+    ``idle_gpu_cost_method``.
     """
     attrs = study.get("user_attrs") or {}
     config = attrs.get(keys.ATTR_CONFIG) or {}
@@ -789,6 +792,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
         "best_cost": best["cost"] if best else None,
         **money_summary(rows, study, ratios),
         "preemptions": sum(r["preemptions"] for r in rows),
+        **pause_summary(rows),
         "pareto_front": list(front),
         "pareto_front_label": f"{metric} vs cost",
         "best_vs_cost_method": METHOD_CURVE,
@@ -798,6 +802,18 @@ def summarise(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],
                           / gpu_cost if gpu_cost > 0 else None),
         "idle_gpu_cost_method": gpuuse.METHOD_IDLE,
     }
+
+
+def pause_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The pauses of a run: ``paused_trials`` (trials paused at least once),
+    ``pauses`` (pauses in all), ``resumes`` (pauses undone: the trial was picked to
+    train on) and ``ended_paused`` (trials whose last pause was never undone: pruned
+    where they paused when the run ended, or still paused in a run that goes on)."""
+    paused = [r for r in rows if r["paused_at"]]
+    return {"paused_trials": len(paused),
+            "pauses": sum(len(r["paused_at"]) for r in paused),
+            "resumes": sum(r["resumes"] for r in paused),
+            "ended_paused": sum(len(r["paused_at"]) > r["resumes"] for r in paused)}
 
 
 def money_summary(rows: Sequence[Mapping[str, Any]], study: Mapping[str, Any],

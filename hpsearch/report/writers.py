@@ -307,6 +307,7 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
          + (f"; {fmt_seconds(s['node_billed_s'])} s of node time"
             if s.get("node_billed_s") is not None else "")),
         ("Preemptions", str(s["preemptions"])),
+        ("Pauses", _pauses_text(s)),
         ("Instance", instance),
         ("Saved by pruning (estimate)", _estimate_text(s["savings_vs_no_pruning"], cur)),
         ("Saved by spot pricing (estimate)", _estimate_text(s["savings_vs_on_demand"], cur)),
@@ -315,6 +316,26 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
         (f"Pareto front ({front_label(report)})", front),
         ("Paid for idle GPU time (estimate)", _idle_text(s, cur)),
     ]
+
+
+def _pauses_text(summary: dict[str, Any]) -> str:
+    """How many trials the policy paused, how often, and what became of the pauses."""
+    if not summary["pauses"]:
+        return "none"
+    trials, pauses = summary["paused_trials"], summary["pauses"]
+    text = f"{trials} trial(s) paused" + (f" {pauses} times" if pauses != trials else "")
+    text += f"; {summary['resumes']} pause(s) undone (the trial trained on)"
+    if summary["ended_paused"]:
+        text += f"; {summary['ended_paused']} trial(s) not resumed after their last pause"
+    return text
+
+
+def fmt_pauses(paused_at: Sequence[int], resumes: int) -> str:
+    """A trial's pauses: the epochs it was paused after, and how many were undone
+    (``"3, 9 (1 resumed)"``; ``"-"`` for none)."""
+    if not paused_at:
+        return "-"
+    return ", ".join(map(str, paused_at)) + (f" ({resumes} resumed)" if resumes else "")
 
 
 def _storage_text(summary: dict[str, Any]) -> str:
@@ -401,7 +422,8 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     unit = f" ({cur})" if cur else ""
     gpu = _gpu_sampled(report)
     header = ["trial", "state", report.metric, "best", "epochs", f"cost{unit}",
-              f"wasted{unit}", "billed s", "preemptions", "instance", "spot",
+              f"wasted{unit}", "billed s", "preemptions", "paused after", "instance",
+              "spot",
               *(["gpu util %"] if gpu else []), "stop reason / error", "params"]
     rows = []
     for r in report.trials:
@@ -410,7 +432,8 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
             fmt_value(r["value"]), fmt_value(r["best_value"]), str(r["epochs"]),
             fmt_money(r["cost"], None), fmt_money(r["wasted_cost"], None),
             fmt_seconds(r["billed_s"]),
-            str(r["preemptions"]), r["instance"] or "-", fmt_value(r["spot"]),
+            str(r["preemptions"]), fmt_pauses(r["paused_at"], r["resumes"]),
+            r["instance"] or "-", fmt_value(r["spot"]),
             *([("-" if r["gpu_util_mean"] is None else f"{r['gpu_util_mean']:.0f}")]
               if gpu else []),
             fmt_reason(r["stop_reason"] or r["error"]), fmt_params(r["params"]),

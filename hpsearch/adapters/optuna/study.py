@@ -353,7 +353,9 @@ class StudyRecorder:
                 [float(x) for x in attrs.get(keys.ATTR_EPOCH_TIMES, [])],
                 attrs.get(keys.ATTR_STARTUP_S),
                 int(attrs.get(keys.ATTR_PREEMPTIONS, 0) or 0),
-                int(attrs.get(keys.ATTR_FAILURES, 0) or 0), dict(t.params)))
+                int(attrs.get(keys.ATTR_FAILURES, 0) or 0), dict(t.params),
+                [int(e) for e in attrs.get(keys.ATTR_PAUSED_AT) or []],
+                int(attrs.get(keys.ATTR_RESUMES, 0) or 0)))
         return out
 
     # -- reading -------------------------------------------------------------------------
