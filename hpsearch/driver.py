@@ -348,6 +348,19 @@ def _trial_dirname(trial: Any) -> str:
     return f"{trial_name(int(trial.config.get(keys.TRIAL_NUMBER, -1)))}-{trial.trial_id}"
 
 
+def _pauses(study) -> str | None:
+    """What the policy's pauses came to, as the report says it; None if it paused no
+    trial."""
+    from hpsearch.report.report import pause_summary
+    from hpsearch.report.writers import pauses_text
+
+    summary = pause_summary([
+        {"paused_at": t.user_attrs.get(keys.ATTR_PAUSED_AT) or [],
+         "resumes": int(t.user_attrs.get(keys.ATTR_RESUMES) or 0)}
+        for t in study.get_trials(deepcopy=False)])
+    return pauses_text(summary) if summary["pauses"] else None
+
+
 def _state_rows(study: Any) -> list[dict[str, Any]]:
     """The study's finished trials, best first (COMPLETE, then PRUNED, then FAIL)."""
     from optuna.trial import TrialState
@@ -1244,6 +1257,9 @@ class _Session:
             out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
         else:
             out("No trial completed.")
+        paused = _pauses(study)
+        if paused is not None:
+            out(f"Paused: {paused}")
         from hpsearch.money.statement import summary_lines
 
         # The report is written from this same copy in the study: the two agree.

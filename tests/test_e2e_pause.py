@@ -211,6 +211,11 @@ def test_a_slow_starter_is_paused_resumed_from_its_checkpoint_and_wins(ray_clust
     paused = pauses("".join(f"{line}\n" for line in lines))
     assert paused[SLOW] == [PAUSED_AT] and paused[WEAK] == [2], paused
     check_paused(trials, ledger, paused)
+    # The run's summary counts the same pauses.
+    (summary,) = [line for line in lines if line.startswith("Paused: ")]
+    n = sum(map(len, paused.values()))
+    assert summary.startswith(f"Paused: {len(paused)} trial(s) paused"
+                              + (f" {n} times;" if n != len(paused) else ";")), summary
     # The slow starter's money covers both attempts: paused (stopped, nothing lost),
     # then resumed.
     first, second = attempts(ledger, SLOW)

@@ -593,13 +593,14 @@ def test_pauses_are_counted_per_trial_and_in_the_summary(tmp_path):
         "not resumed after their last pause")
     header, cells = writers.table_rows(built)
     column = header.index("paused after")
-    assert [c[column] for c in cells] == ["1, 2 (2 resumed)", "2", "-"]
+    assert [c[column] for c in cells] == ["1, 2", "2", "-"]
     writers.write(built, tmp_path, ["json", "csv"])
     assert json.loads((tmp_path / "report.json").read_text())["summary"]["pauses"] == 3
     assert "[1, 2]" in (tmp_path / "report.csv").read_text()
-    # A run that paused nothing says so.
+    # A run that paused nothing says so, and its table has no such column.
     quiet = report.build(records[2:], study_info())
     assert dict(writers.summary_lines(quiet))["Pauses"] == "none"
+    assert "paused after" not in writers.table_rows(quiet)[0]
 
 
 # -- conditional parameters ---------------------------------------------------------------

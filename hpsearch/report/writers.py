@@ -307,7 +307,7 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
          + (f"; {fmt_seconds(s['node_billed_s'])} s of node time"
             if s.get("node_billed_s") is not None else "")),
         ("Preemptions", str(s["preemptions"])),
-        ("Pauses", _pauses_text(s)),
+        ("Pauses", pauses_text(s)),
         ("Instance", instance),
         ("Saved by pruning (estimate)", _estimate_text(s["savings_vs_no_pruning"], cur)),
         ("Saved by spot pricing (estimate)", _estimate_text(s["savings_vs_on_demand"], cur)),
@@ -318,8 +318,9 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
     ]
 
 
-def _pauses_text(summary: dict[str, Any]) -> str:
-    """How many trials the policy paused, how often, and what became of the pauses."""
+def pauses_text(summary: dict[str, Any]) -> str:
+    """How many trials the policy paused, how often, and what became of the pauses
+    (``summary`` holds :func:`hpsearch.report.report.pause_summary`'s keys)."""
     if not summary["pauses"]:
         return "none"
     trials, pauses = summary["paused_trials"], summary["pauses"]
@@ -328,14 +329,6 @@ def _pauses_text(summary: dict[str, Any]) -> str:
     if summary["ended_paused"]:
         text += f"; {summary['ended_paused']} trial(s) not resumed after their last pause"
     return text
-
-
-def fmt_pauses(paused_at: Sequence[int], resumes: int) -> str:
-    """A trial's pauses: the epochs it was paused after, and how many were undone
-    (``"3, 9 (1 resumed)"``; ``"-"`` for none)."""
-    if not paused_at:
-        return "-"
-    return ", ".join(map(str, paused_at)) + (f" ({resumes} resumed)" if resumes else "")
 
 
 def _storage_text(summary: dict[str, Any]) -> str:
@@ -415,15 +408,18 @@ def _gpu_sampled(report: Report) -> bool:
 def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """The per-trial table as header and text cells (HTML and Markdown).
 
-    The ``gpu util %`` column is there only when a trial sampled its GPU. A parameter a
-    trial does not have (a conditional one) is left out of its params cell.
+    The ``gpu util %`` column is there only when a trial sampled its GPU, ``paused
+    after`` only when a trial was paused. A parameter a trial does not have (a conditional one) is left out of its params cell.
     """
     cur = report.currency
     unit = f" ({cur})" if cur else ""
     gpu = _gpu_sampled(report)
+    # The epochs each trial was paused after (whether it trained on after its last
+    # pause shows in its epochs), only when the policy paused one.
+    paused = report.summary["pauses"] > 0
     header = ["trial", "state", report.metric, "best", "epochs", f"cost{unit}",
-              f"wasted{unit}", "billed s", "preemptions", "paused after", "instance",
-              "spot",
+              f"wasted{unit}", "billed s", "preemptions",
+              *(["paused after"] if paused else []), "instance", "spot",
               *(["gpu util %"] if gpu else []), "stop reason / error", "params"]
     rows = []
     for r in report.trials:
@@ -432,7 +428,8 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
             fmt_value(r["value"]), fmt_value(r["best_value"]), str(r["epochs"]),
             fmt_money(r["cost"], None), fmt_money(r["wasted_cost"], None),
             fmt_seconds(r["billed_s"]),
-            str(r["preemptions"]), fmt_pauses(r["paused_at"], r["resumes"]),
+            str(r["preemptions"]),
+            *([", ".join(map(str, r["paused_at"])) or "-"] if paused else []),
             r["instance"] or "-", fmt_value(r["spot"]),
             *([("-" if r["gpu_util_mean"] is None else f"{r['gpu_util_mean']:.0f}")]
               if gpu else []),
@@ -808,6 +805,7 @@ th, td { border-bottom: 1px solid #dee2e6; padding: 0.3rem 0.5rem; text-align: l
 th { background: #f1f3f5; }
 table.summary th { width: 22rem; }
 table.trials { width: 100%; font-size: 0.82rem; }
+.trials th, .trials td { padding: 0.3rem 0.35rem; }
 .trials td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .trials td.reason { min-width: 10rem; max-width: 22rem; overflow-wrap: anywhere; }
 .trials td.params { min-width: 15rem; max-width: 26rem; overflow-wrap: anywhere; }
