@@ -251,6 +251,42 @@ def test_a_restored_paused_trial_stays_paused_and_can_resume():
     assert 0 not in made.board.stopped_at and made.pick_resume([0]) is None
 
 
+def test_the_last_round_resumes_a_paused_trial_that_may_still_win_outside_its_interval():
+    # Thirty finished trials stood at 0.555-0.566 after epoch 5: most gained 0-0.12 by
+    # the end, two gained 0.33 (the incumbent, 0.886). Paused trial 50 stands at 0.56
+    # after epoch 5: its 80% interval (most of its peers' gains) ends short of the
+    # incumbent, but some of its plausible finals beat it and the guard would keep it.
+    made = simulate([], [], 1, pruner_factory("max", 20)).core.policy
+    stood = [(0.555 + 0.0004 * k, 0.12 * k / 27) for k in range(28)]
+    stood += [(0.555, 0.33), (0.556, 0.33)]
+    histories = [TrialHistory(0, TrialState.COMPLETE,
+                              {e: 0.80 if e <= 5 else 0.85 for e in range(1, 21)})]
+    histories += [TrialHistory(1 + k, TrialState.COMPLETE,
+                               {e: at5 if e <= 5 else at5 + gain for e in range(1, 21)})
+                  for k, (at5, gain) in enumerate(stood)]
+    histories.append(TrialHistory(50, TrialState.PAUSED, {e: 0.56 for e in range(1, 6)}))
+    made.restore(histories)
+    pol, board = made.policy, made.board
+    assert pol.interval(board, 50, 5)[1] < board.incumbent() <= pol.reach(board, 50, 5)
+    assert pol.expected_improvement(board, 50, 5) > 0
+    # While new configurations remain it waits: its interval falls short (and it ranks
+    # 17th of 32 where the top 10 are kept) ...
+    assert made.pick_resume([50]) is None
+    # ... once none remain, it is what the pause promised: judged again, and resumed.
+    assert made.pick_resume([50], fresh=False) == 50
+    assert 50 in made.last_round
+    # Where none of its plausible finals beats the incumbent (the two big gainers gained
+    # 0.15 instead: the incumbent is trial 0's 0.85), the last round passes it by.
+    stood[-2:] = [(0.555, 0.15), (0.556, 0.15)]
+    histories[1:-1] = [TrialHistory(1 + k, TrialState.COMPLETE,
+                                    {e: at5 if e <= 5 else at5 + gain for e in range(1, 21)})
+                       for k, (at5, gain) in enumerate(stood)]
+    again = simulate([], [], 1, pruner_factory("max", 20)).core.policy
+    again.restore(histories)
+    assert again.policy.expected_improvement(again.board, 50, 5) == 0
+    assert again.pick_resume([50], fresh=False) is None
+
+
 # ---------------------------------------------------------------------------------------
 # Runs on a synthetic pool: pauses and resumes happen, on both objectives
 

@@ -644,17 +644,19 @@ class CostAwarePruner:
         """The paused trial worth a free worker now, or None.
 
         While new configurations remain (``fresh``), a paused trial qualifies when trials
-        have reached the epoch it paused after since it paused, and it now ranks within
-        the kept share there (they did worse: the evidence changed). Once none remain, a
-        paused trial competes only with an idle worker: any whose predicted finals beat
-        the incumbent with some chance (its forecast's plausible finals) and that the guard
-        would not stop qualifies (it then trains on until the guard stops it or it
-        finishes, never paused again: there is nothing to pause it for; a budget caps
-        this last round). Either way the 80%
-        interval of its final must still reach the incumbent. Of those, the one with the
-        best expected improvement over the incumbent per unit of its epoch's cost
-        (measured epoch time x its node's price); before any trial finished, the best
-        ranked per unit of cost.
+        have reached the epoch it paused after since it paused, it now ranks within the
+        kept share there (they did worse: the evidence changed), and the 80% interval of
+        its final still reaches the incumbent. Once none remain, a paused trial competes
+        only with an idle worker: any whose predicted finals beat the incumbent with some
+        chance (some of its forecast's plausible finals do: the test its pause was
+        promised, "may still reach the best finished trial") and that the guard would not
+        stop qualifies, whatever its 80% interval: the eventual best is often a slow
+        starter whose late gains exceed what most finished curves gained. It then trains
+        on until the guard stops it or it finishes, never paused again: there is nothing
+        to pause it for; a budget caps this last round. Of those, the one with the best
+        expected improvement over the incumbent per unit of its epoch's cost (measured
+        epoch time x its node's price); before any trial finished, the best ranked per
+        unit of cost.
         """
         board, policy = self.board, self.policy
         incumbent = board.incumbent()
@@ -671,8 +673,9 @@ class CostAwarePruner:
             if not fresh and self._passed_over.get(trial) == evidence:
                 continue  # judged on this same evidence already (the scan is per free worker)
             interval = policy.interval(board, trial, epoch)
-            if interval is not None and incumbent is not None and interval[1] < incumbent:
-                self._passed_over[trial] = evidence
+            if fresh and (interval is not None and incumbent is not None
+                          and interval[1] < incumbent):
+                # Not recorded as passed over: the last round judges it by another rule.
                 continue
             gain = policy.expected_improvement(board, trial, epoch)
             if not fresh and (gain is None or gain <= 0 or policy._guard(
