@@ -463,7 +463,8 @@ class SearchCore:
 
     def _pause(self, record: TrialRecord, event: Event) -> TrialState:
         """Move ``record`` (gone from its worker after ``event``) to PAUSED: it stays
-        unfinished in the study (it may resume), marked as paused."""
+        unfinished in the study (it may resume), marked as paused, the epoch it paused
+        after added to its record of pauses."""
         number = record.number
         self.trials.move(number, event, TrialState.PAUSED)
         record.paused_at.append(record.epoch)
