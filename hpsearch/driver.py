@@ -348,6 +348,59 @@ def _trial_dirname(trial: Any) -> str:
     return f"{trial_name(int(trial.config.get(keys.TRIAL_NUMBER, -1)))}-{trial.trial_id}"
 
 
+def _summary(config: config_mod.Config, out: Callable[[str], None], study, money,
+             currency: str, run_path: Path, url: str, stop_reason: str | None = None,
+             stopped_early: str | None = None, report: bool = True) -> RunResult:
+    """Print what the study holds at the end of a session (its best trials, pauses, the
+    money of ``money``, the ledger's statement, and ``stopped_early``), write its report
+    (unless ``report`` is False: nothing changed since the last one) and return it."""
+    from hpsearch.money.statement import summary_lines
+    from hpsearch.report.writers import FORMATS
+
+    rows = _state_rows(study)
+    best = next((r for r in rows if r["state"] == "COMPLETE"), None)
+    out("")
+    if rows:
+        out(f"Top trials of study '{config.name}' ({len(rows)} finished):")
+        for line in top_table(rows, config.objective.metric, config.space):
+            out("  " + line)
+    if best is not None:
+        out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
+    else:
+        out("No trial completed.")
+    paused = _pauses(study)
+    if paused is not None:
+        out(f"Paused: {paused}")
+    for line in summary_lines(money, config.budget.max_cost):
+        out(line)
+    if stopped_early:
+        out(stopped_early)
+    report_files = [name for name in FORMATS.values() if (run_path / name).exists()]
+    if report:
+        try:
+            from hpsearch.adapters.optuna.results import write_study_report
+
+            report_files = [p.name for p in write_study_report(study, run_path)]
+        except Exception as exc:  # noqa: BLE001 - the study is the record; a report is derived
+            log.exception("writing the report failed")
+            report_files = []
+            # A ReportWriteError names the file and the cause ("disk full at PATH").
+            cause = str(exc) if isinstance(exc, HpsearchError) else "see hpsearch.log"
+            out(f"Report: not written ({cause}); retry with python -m hpsearch "
+                f"report {display_path(run_path)}")
+    if report_files:
+        out(f"Report: {display_path(run_path / report_files[0])}")
+    out(f"Results: {display_path(run_path)}/ (space.yaml, ledger.jsonl, "
+        + "".join(f"{name}, " for name in report_files)
+        + "tune/, logs/, hpsearch.log)")
+    out(f"Dashboard: optuna-dashboard {display_url(url, run_path)}")
+    best_trial = study.best_trial if best is not None else None
+    return RunResult(study=study, best_trial=best_trial, run_dir=run_path,
+                     storage_url=url, spent=money.total, currency=currency,
+                     stop_reason=stop_reason, kept=money.kept,
+                     wasted=money.wasted, idle=money.idle)
+
+
 def _pauses(study) -> str | None:
     """What the policy's pauses came to, as the report says it; None if it paused no
     trial."""
@@ -658,6 +711,11 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
         lock.acquire()
         ledger = Ledger(run_path / LEDGER_FILE, currency=ready.currency)  # reads only
         continuing = _check_existing_study(config, ready.url, ledger, run_path)
+        finished = _finished_study(config, ready.url, ledger) if continuing else None
+        if finished is not None:
+            # Nothing to run: no Ray started, no node rented, nothing billed.
+            started = True
+            return _nothing_to_run(ready, finished, ledger, out)
         ray_session = _RaySession(config.cluster.address)
         with ray_session as ray:
             price, concurrency = _fit_to_cluster(ready, ray, ray_session)
@@ -676,6 +734,51 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
         raise
     finally:
         lock.release()
+
+
+def _finished_study(config: config_mod.Config, url: str, ledger) -> Any | None:
+    """The study of a continued run with nothing left to run (every trial finished, at
+    least ``search.n_trials`` of them, and nothing billed still open in the ledger),
+    else None."""
+    import optuna
+
+    from hpsearch.adapters.optuna.study import make_storage
+
+    if ledger.open_trials():
+        return None  # a driver died mid-trial: a session settles its trials first
+    study = optuna.load_study(study_name=config.name, storage=make_storage(url))
+    trials = study.get_trials(deepcopy=False)
+    if len(trials) < config.search.n_trials or not all(t.state.is_finished()
+                                                        for t in trials):
+        return None
+    return study
+
+
+def _nothing_left_text(finished: int, n_trials: int) -> str:
+    return (f"The study already has {finished} finished trial(s) >= search.n_trials "
+            f"({n_trials}); raise it with --set search.n_trials=N to run more.")
+
+
+def _nothing_to_run(ready: _Prepared, study, ledger, out: Callable[[str], None]) -> RunResult:
+    """A continued study whose trials are all finished: say so and what it holds, from
+    the study and the ledger alone (the report already written is left as it is)."""
+    from hpsearch.money.statement import statement
+
+    config, run_path = ready.config, ready.run_path
+    finished = len(study.get_trials(deepcopy=False))
+    # Nodes a stopped driver left rented end at the last moment it was alive (as a
+    # session's start settles them); then everything is closed, and the statement is
+    # the same at any later time.
+    with _SignalsHeld():
+        ledger.close_all(0.0, FAILED, at_last_event=True)
+    last_s = max([i.until_s() for i in ledger.intervals]
+                 + [r.until_s() for r in ledger.rentals], default=0.0)
+    money = statement(ledger, last_s)
+    out(f"Continuing study '{config.name}' in {display_path(run_path)}: {finished} "
+        f"trial(s) finished, {fmt_money(money.total, ready.currency)} spent")
+    out(_nothing_left_text(finished, config.search.n_trials))
+    return _summary(config, out, study, money, ready.currency, run_path, ready.url,
+                    report=False)
 
 
 def _fit_to_cluster(ready: _Prepared, ray, ray_session: _RaySession) -> tuple[Any, int]:
@@ -1012,9 +1115,8 @@ class _Session:
                 + (f"; {len(paused)} paused" if paused else ""))
         remaining = core.new_left + len(orphans) + len(stopped)
         if remaining == 0 and not paused:
-            out(f"The study already has {done_before} finished trial(s) >= "
-                f"search.n_trials ({config.search.n_trials}); raise it with "
-                f"--set search.n_trials=N to run more.")
+            out(_nothing_left_text(done_before, config.search.n_trials))
+            self._close_ledger()  # its nodes are released now, not at the next session
             return None
         progress.n_trials = remaining
         self._announce(concurrency, remaining)
@@ -1244,28 +1346,10 @@ class _Session:
             raise full from None
 
     def _summarise(self, recorder) -> RunResult:
-        config, out, currency = self.config, self.out, self.price.currency
         study = recorder.study
-        rows = _state_rows(study)
-        best = next((r for r in rows if r["state"] == "COMPLETE"), None)
-        out("")
-        if rows:
-            out(f"Top trials of study '{config.name}' ({len(rows)} finished):")
-            for line in top_table(rows, config.objective.metric, config.space):
-                out("  " + line)
-        if best is not None:
-            out(f"Best: trial {best['number']} {config.objective.metric}={best['value']:.4g}")
-        else:
-            out("No trial completed.")
-        paused = _pauses(study)
-        if paused is not None:
-            out(f"Paused: {paused}")
-        from hpsearch.money.statement import summary_lines
-
         # The report is written from this same copy in the study: the two agree.
         money = self._write_money(recorder)
-        for line in summary_lines(money, config.budget.max_cost):
-            out(line)
+        stopped_early = None
         if self.stop_reason:
             hint = (" Raise the budget and run the same command again to continue the "
                     "study" if self.budget_closed else "")
@@ -1275,25 +1359,6 @@ class _Session:
             if hint and stopped:
                 hint += (f": its {stopped} trial(s) stopped by budget resume first, from "
                          f"their checkpoints")
-            out(f"Stopped early: {self.stop_reason}.{hint + '.' if hint else ''}")
-        try:
-            from hpsearch.adapters.optuna.results import write_study_report
-
-            report_files = [p.name for p in write_study_report(study, self.run_path)]
-            out(f"Report: {display_path(self.run_path / report_files[0])}")
-        except Exception as exc:  # noqa: BLE001 - the study is the record; a report is derived
-            log.exception("writing the report failed")
-            report_files = []
-            # A ReportWriteError names the file and the cause ("disk full at PATH").
-            cause = str(exc) if isinstance(exc, HpsearchError) else "see hpsearch.log"
-            out(f"Report: not written ({cause}); retry with python -m hpsearch "
-                f"report {display_path(self.run_path)}")
-        out(f"Results: {display_path(self.run_path)}/ (space.yaml, ledger.jsonl, "
-            + "".join(f"{name}, " for name in report_files)
-            + "tune/, logs/, hpsearch.log)")
-        out(f"Dashboard: optuna-dashboard {display_url(self.url, self.run_path)}")
-        best_trial = study.best_trial if best is not None else None
-        return RunResult(study=study, best_trial=best_trial, run_dir=self.run_path,
-                         storage_url=self.url, spent=money.total, currency=currency,
-                         stop_reason=self.stop_reason, kept=money.kept,
-                         wasted=money.wasted, idle=money.idle)
+            stopped_early = f"Stopped early: {self.stop_reason}.{hint + '.' if hint else ''}"
+        return _summary(self.config, self.out, study, money, self.price.currency,
+                        self.run_path, self.url, self.stop_reason, stopped_early)

@@ -247,9 +247,15 @@ def test_rerun_continues_the_same_study(ray_cluster, in_tmp):
                   if p.is_dir()) == ["session-1", "session-2"]
 
     lines.clear()
+    ledger = (second.run_dir / "ledger.jsonl").read_bytes()
     third = hpsearch.run(spec(**{"search.n_trials": 3}), emit=lines.append)
     assert len(load_study(third).get_trials()) == 3
     assert any("already has 3 finished trial(s)" in ln for ln in lines)
+    # Nothing to run: no node rented, nothing billed, the same money said.
+    assert (second.run_dir / "ledger.jsonl").read_bytes() == ledger
+    assert third.spent == pytest.approx(second.spent) and third.spent > 0
+    assert any(ln.startswith("Spent: ") for ln in lines)
+    assert third.best_trial.number == second.best_trial.number
 
 
 def test_changed_space_cannot_continue_a_study(ray_cluster, in_tmp):
