@@ -738,8 +738,8 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
 
 def _finished_study(config: config_mod.Config, url: str, ledger) -> Any | None:
     """The study of a continued run with nothing left to run (every trial finished, at
-    least ``search.n_trials`` of them, and nothing billed still open in the ledger),
-    else None."""
+    least ``search.n_trials`` of them, and no trial's interval still open in the
+    ledger), else None."""
     import optuna
 
     from hpsearch.adapters.optuna.study import make_storage
