@@ -769,8 +769,14 @@ def _nothing_to_run(ready: _Prepared, study, ledger, out: Callable[[str], None])
     # Nodes a stopped driver left rented end at the last moment it was alive (as a
     # session's start settles them); then everything is closed, and the statement is
     # the same at any later time.
-    with _SignalsHeld():
-        ledger.close_all(0.0, FAILED, at_last_event=True)
+    try:
+        with _SignalsHeld():
+            ledger.close_all(0.0, FAILED, at_last_event=True)
+    except OSError as exc:
+        full = _disk_full(exc, run_path, ready.url)
+        if full is None:
+            raise
+        raise full from None  # the rental stays open: the next run settles it the same way
     last_s = max([i.until_s() for i in ledger.intervals]
                  + [r.until_s() for r in ledger.rentals], default=0.0)
     money = statement(ledger, last_s)

@@ -70,3 +70,30 @@ def test_a_run_with_something_left_goes_through_a_session(tmp_path, n_trials, st
         from hpsearch.money.pricing import Price
         ledger.open(0, 1000.0, Price(3.6, "USD", "local:local-cpu", False, 3.6, 1.0))
     assert driver._finished_study(config, url, ledger) is None
+
+
+def test_a_full_disk_while_settling_is_a_disk_full_error_and_loses_nothing(tmp_path,
+                                                                          monkeypatch):
+    import errno
+
+    from hpsearch.recovery import faults
+
+    config, url = finished_study(tmp_path)
+    path = tmp_path / "ledger.jsonl"
+    killed = Ledger(path, currency="USD")
+    killed.rent(NodeSpec("n", "local:local-cpu", False, 3.6, "USD", cpus=2), 1000.0)
+    killed.alive(1010.0, every_s=0.0)
+    before = path.read_bytes()
+    ledger = Ledger(path, currency="USD")
+
+    def full(event):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(ledger._file, "append", full)
+    ready = SimpleNamespace(config=config, run_path=tmp_path, currency="USD", url=url)
+    with pytest.raises(faults.DiskFull, match="disk full"):
+        driver._nothing_to_run(ready, driver._finished_study(config, url, ledger), ledger,
+                               lambda line: None)
+    # The ledger is as the killed driver left it: the next run settles it the same way.
+    assert path.read_bytes() == before
+    assert Ledger(path, currency="USD").rented()
