@@ -404,13 +404,11 @@ def _summary(config: config_mod.Config, out: Callable[[str], None], study, money
 def _pauses(study) -> str | None:
     """What the policy's pauses came to, as the report says it; None if it paused no
     trial."""
-    from hpsearch.report.report import pause_summary
+    from hpsearch.report.report import pause_summary, pauses_of
     from hpsearch.report.writers import pauses_text
 
-    summary = pause_summary([
-        {"paused_at": t.user_attrs.get(keys.ATTR_PAUSED_AT) or [],
-         "resumes": int(t.user_attrs.get(keys.ATTR_RESUMES) or 0)}
-        for t in study.get_trials(deepcopy=False)])
+    summary = pause_summary([pauses_of(t.user_attrs)
+                             for t in study.get_trials(deepcopy=False)])
     return pauses_text(summary) if summary["pauses"] else None
 
 

@@ -233,11 +233,14 @@ class MemoryStudy:
         """Every trial as a continued run sees it: an unfinished one is RUNNING, or
         PAUSED / BUDGET_STOPPED when its ``lifecycle`` attribute says so (as the Optuna
         study of a real run reads it)."""
-        return [TrialHistory(n, self._state(n, s), dict(self.values.get(n, {})),
-                             params=self.params[n],
-                             paused_at=list(self.attrs.get(n, {}).get(keys.ATTR_PAUSED_AT, [])),
-                             resumes=int(self.attrs.get(n, {}).get(keys.ATTR_RESUMES, 0)))
-                for n, s in sorted(self.states.items())]
+        histories = []
+        for n, told in sorted(self.states.items()):
+            attrs = self.attrs.get(n, {})
+            histories.append(TrialHistory(
+                n, self._state(n, told), dict(self.values.get(n, {})), params=self.params[n],
+                paused_at=list(attrs.get(keys.ATTR_PAUSED_AT, [])),
+                resumes=int(attrs.get(keys.ATTR_RESUMES, 0))))
+        return histories
 
     def _state(self, number: int, told: TrialState) -> TrialState:
         if told is not TrialState.RUNNING:

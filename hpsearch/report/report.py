@@ -188,8 +188,7 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "wasted_cost": _finite(attrs.get(keys.ATTR_WASTED_COST)),
         "billed_s": _finite(attrs.get(keys.ATTR_BILLED_S)),
         "preemptions": int(attrs.get(keys.ATTR_PREEMPTIONS) or 0),
-        "paused_at": [int(e) for e in attrs.get(keys.ATTR_PAUSED_AT) or []],
-        "resumes": int(attrs.get(keys.ATTR_RESUMES) or 0),
+        **pauses_of(attrs),
         "instance": attrs.get(keys.ATTR_INSTANCE),
         "spot": None if spot is None else bool(spot),
         "share": _finite(attrs.get(keys.ATTR_SHARE)),
@@ -207,6 +206,13 @@ def trial_row(record: Mapping[str, Any], mode: str) -> dict[str, Any]:
         "duration_s": (end - start).total_seconds() if start and end else None,
         "on_pareto_front": False,
     }
+
+
+def pauses_of(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's pauses from its user attributes: ``paused_at`` (the epochs it was
+    paused after, oldest first) and ``resumes`` (how many of those pauses were undone)."""
+    return {"paused_at": [int(e) for e in attrs.get(keys.ATTR_PAUSED_AT) or []],
+            "resumes": int(attrs.get(keys.ATTR_RESUMES) or 0)}
 
 
 def _state(record: Mapping[str, Any], attrs: Mapping[str, Any]) -> str:

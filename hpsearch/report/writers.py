@@ -409,7 +409,8 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """The per-trial table as header and text cells (HTML and Markdown).
 
     The ``gpu util %`` column is there only when a trial sampled its GPU, ``paused
-    after`` only when a trial was paused. A parameter a trial does not have (a conditional one) is left out of its params cell.
+    after`` only when a trial was paused. A parameter a trial does not have (a
+    conditional one) is left out of its params cell.
     """
     cur = report.currency
     unit = f" ({cur})" if cur else ""
