@@ -1070,7 +1070,7 @@ class _Session:
             new_trials=0, max_failures=config.search.max_failures,
             max_restarts=config.preemption.max_restarts, placement=placement,
             fail_fast=config.search.fail_fast, trial_log=self._trial_log,
-            listener=SessionListener(progress, lambda line: log.warning("%s", line)),
+            listener=SessionListener(progress, lambda level, line: log.log(level, "%s", line)),
             clock=self.backend.clock)
         histories = recorder.histories()
         orphans = core.restore(histories)

@@ -397,3 +397,22 @@ def test_a_paused_trial_that_resumes_gets_a_line_and_is_no_longer_counted_paused
     assert lines[-1] == ("  trial 9 resumed after 8 epoch(s) (picked by cost_aware), "
                          "from its checkpoint at epoch 8")
 
+
+def test_the_driver_log_gets_a_resume_as_info_and_a_preemption_as_warning():
+    import logging
+
+    from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
+    from hpsearch.report.progress import SessionListener
+
+    logged: list[tuple[int, str]] = []
+    progress = Progress(metric="val_acc", n_trials=4, emit=lambda line: None, clock=lambda: 0.0)
+    listener = SessionListener(progress, lambda level, line: logged.append((level, line)))
+    record = TrialRecord(9, TrialState.PAUSED, epoch=8, value=0.9666, checkpoint_epoch=8)
+    listener.trial_requeued(record, Event.RESUMED, "picked by cost_aware")
+    listener.trial_requeued(record, Event.PREEMPTED, "node lost")
+    failed = TrialRecord(3, TrialState.FAILED, epoch=2, value=None, error="CUDA OOM")
+    listener.trial_finished(failed)
+    assert [level for level, _ in logged] == [logging.INFO, logging.WARNING, logging.WARNING]
+    assert logged[0][1].startswith("trial 9 resumed after 8 epoch(s)")
+    assert logged[2][1] == "trial 3 failed: CUDA OOM"
+

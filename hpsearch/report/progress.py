@@ -7,6 +7,7 @@ readable in a terminal and in a log file alike.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -192,38 +193,41 @@ class SessionListener:
 
     Args:
         progress: The session's progress lines.
-        log: Also told each line's substance (the driver log), or None.
+        log: Also told each line's substance (the driver log) with its logging level:
+            WARNING for a failure, a preemption or a retry, INFO for a resume; or None.
     """
 
     #: How each final lifecycle state is counted and named.
     COUNTED = {"complete": "COMPLETE", "pruned": "PRUNED",
                "budget_stopped": "BUDGET_STOPPED", "failed": "FAIL", "paused": "PAUSED"}
 
-    def __init__(self, progress: Progress, log: Callable[[str], None] | None = None):
+    def __init__(self, progress: Progress, log: Callable[[int, str], None] | None = None):
         self.progress = progress
-        self.log = log or (lambda line: None)
+        self.log = log or (lambda level, line: None)
 
     def trial_finished(self, record: Any) -> None:
         state = record.state.value
         self.progress.trial_ended(record.number, self.COUNTED.get(state, state.upper()),
                                   record.epoch, record.value, record.error)
         if record.error:
-            self.log(f"trial {record.number} failed: {record.error}")
+            self.log(logging.WARNING, f"trial {record.number} failed: {record.error}")
 
     def trial_requeued(self, record: Any, event: Any, reason: str) -> None:
         kind = getattr(event, "value", str(event))
+        level = logging.WARNING
         if kind in ("preempted", "failed"):
             line = (f"  trial {record.number} {kind} after epoch {record.epoch} ({reason}); "
                     f"restarting from its checkpoint at epoch {record.checkpoint_epoch}")
         elif kind == "resumed":
             # A paused trial runs again: no longer counted as paused.
             self.progress.tally.paused = max(0, self.progress.tally.paused - 1)
+            level = logging.INFO
             line = (f"  trial {record.number} resumed after {record.epoch} epoch(s) "
                     f"({reason}), from its checkpoint at epoch {record.checkpoint_epoch}")
         else:
             line = f"  trial {record.number}: {reason}"
         self.progress.emit(line)
-        self.log(line.strip())
+        self.log(level, line.strip())
 
 
 def display_path(path: Path) -> str:
