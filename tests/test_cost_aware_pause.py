@@ -287,6 +287,60 @@ def test_the_last_round_resumes_a_paused_trial_that_may_still_win_outside_its_in
     assert again.pick_resume([50], fresh=False) is None
 
 
+def _flat_then(at5: float, gain: float, epochs: int = 20) -> dict[int, float]:
+    return {e: at5 if e <= 5 else at5 + gain for e in range(1, epochs + 1)}
+
+
+def test_the_guard_pauses_until_the_last_round_which_judges_it_on_the_whole_runs_curves():
+    # Two early leaders finished (0.80 after epoch 5, 0.85 at the end: 0.05 of recovery
+    # from epoch 5). Trial 50, flat at 0.56 after epoch 5, cannot reach 0.85 even at three
+    # times that recovery: the guard's verdict, which the pruner turns into a pause.
+    made = simulate([], [], 1, pruner_factory("max", 20)).core.policy
+    early = [TrialHistory(k, TrialState.COMPLETE, _flat_then(0.80, 0.05)) for k in (0, 1)]
+    made.restore(early)
+    for e in range(1, 5):
+        made.board.add(50, e, 0.56)
+    verdict = made.on_result(50, 5, 0.56)
+    assert verdict.decision is Decision.PAUSE and 50 in made.paused
+    assert "optimistic path" in verdict.reason
+    assert verdict.reason.endswith("judged again once no configuration is new")
+    # The rule itself still says stop; only the pruner makes it a pause.
+    assert made.policy.decide(made.board, 50, 5).decision is Decision.STOP
+    # While configurations are new nothing changed: it stays paused, and so it does once
+    # none are, on the same evidence (nothing gained more than 0.05 from epoch 5).
+    for t in range(60, 64):
+        for e in range(1, 6):
+            made.board.add(t, e, 0.50)
+    assert made.pick_resume([50]) is None
+    assert made.pick_resume([50], fresh=False) is None
+    # Nor does a wide interval resume it while configurations are new: the guard would
+    # pause it again after its next epoch (it ranks within the kept share at epoch 5).
+    for t in range(64, 70):
+        for e in range(1, 6):
+            made.board.add(t, e, 0.30)
+    policy = made.policy
+    policy.interval = lambda board, trial, epoch: (0.50, 0.95)
+    assert made.pick_resume([50]) is None
+    policy._guard = lambda *args: None
+    assert made.pick_resume([50]) == 50
+    # The whole run's curves: thirty slow starters that stood at 0.55-0.57 after epoch 5
+    # finished, five of them at 0.89 (the incumbent now). Its plausible finals now
+    # beat the incumbent and an optimistic path reaches it: the last round resumes it.
+    late = [TrialHistory(10 + k, TrialState.COMPLETE,
+                         _flat_then(0.55 + 0.0007 * k, 0.34 if k % 6 == 0 else 0.1))
+            for k in range(30)]
+    judged = simulate([], [], 1, pruner_factory("max", 20)).core.policy
+    judged.restore(early + late + [TrialHistory(50, TrialState.PAUSED,
+                                                {e: 0.56 for e in range(1, 6)})])
+    assert judged.policy._guard(judged.board, 50, 5, 0.56, None) is None
+    assert judged.pick_resume([50], fresh=False) == 50 and 50 in judged.last_round
+    # Resumed in the last round, its guard's stop is final: nothing is left to wait for.
+    judged.on_start(50)
+    for e in range(6, 12):
+        judged.board.add(50, e, 0.40)
+    assert judged.on_result(50, 12, 0.40).decision is Decision.STOP
+
+
 # ---------------------------------------------------------------------------------------
 # Runs on a synthetic pool: pauses and resumes happen, on both objectives
 

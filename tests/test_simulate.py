@@ -319,13 +319,18 @@ def test_cost_aware_and_no_pruning_agree_when_the_policy_cannot_stop():
     assert aware.core.policy.board.finished == set(range(12))
 
 
-def test_cost_aware_stops_hopeless_trials_on_the_simulated_clock():
-    # Twelve flat curves; the policy cuts the worst at once when it can rank them.
+def test_cost_aware_cuts_hopeless_trials_on_the_simulated_clock():
+    # Twelve flat curves; the policy cuts the worst at once when it can rank them. Those
+    # no optimistic path takes to the best finished value are paused (not stopped) while
+    # configurations are new, judged again once none are, and end PRUNED with that reason.
     curves = [curve([1.0] * 10, [90.0 - 5 * i] * 10) for i in range(12)]
     result = simulate(curves, list(range(12)), 4, cost_aware(10))
     stopped = [t for t in result.epochs_done if t not in result.completed]
     assert stopped and 0 in result.completed
-    assert any(d is S for *_, d in result.reports)
+    assert not any(d is S for *_, d in result.reports)
+    hopeless = [t for t in stopped if "optimistic path" in result.core.record(t).stop.reason]
+    assert hopeless and all(result.core.record(t).state is TrialState.PRUNED for t in stopped)
+    assert all(result.epochs_done[t] <= 3 for t in hopeless)  # never resumed
     assert result.busy_s() < 12 * 10
 
 

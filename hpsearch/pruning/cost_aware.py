@@ -29,14 +29,20 @@ the best plausible final ends short of it: the predictor learns from every trial
 finishes, and a stop on its word is final while its word is not (on the development
 tasks, 5 of the 6 runs that missed on the loss objective had stopped the eventual best
 this way: late gains no finished curve had shown yet). Such a pause is judged again once
-no configuration is new, on the whole run's evidence. Only the guard stops a trial: even
-an optimistic path (its peak so far plus the largest recovery a finished curve made
-from this epoch, or its own slope continued) cannot reach the incumbent. When a worker frees
-up, the core asks :meth:`CostAwarePruner.pick_resume`: while new configurations remain,
-a paused trial is resumed when it now ranks within the kept share at the epoch it paused
-at (later trials at that epoch did worse) and its interval still reaches the incumbent;
-once none remain, any with a chance to beat the incumbent; of several, the one with the
-best expected improvement over the incumbent per unit of its epoch's cost.
+no configuration is new, on the whole run's evidence. The guard judges a trial that
+cannot reach the incumbent even on an optimistic path (its peak so far plus the largest
+recovery a finished curve made from this epoch, or its own slope continued): the rule
+says stop, and :class:`CostAwarePruner` pauses it like the others while configurations
+are new (the finished curves it measures recovery on are then few, and mostly the early
+leaders', which recover less than a slow starter may: on a development task's held-out
+seed the guard stopped the eventual best at epoch 11, which the last round would have
+resumed). Only a trial already resumed in the last round is stopped by it. When a worker
+frees up, the core asks :meth:`CostAwarePruner.pick_resume`: while new configurations
+remain, a paused trial is resumed when it now ranks within the kept share at the epoch it
+paused at (later trials at that epoch did worse), its interval still reaches the
+incumbent and the guard would keep it; once none remain, any with a chance to beat the
+incumbent that the guard would keep; of several, the one with the best expected
+improvement over the incumbent per unit of its epoch's cost.
 
 One knob, ``aggressiveness`` (default 1): the kept share is raised to this power, so 2
 keeps about its square (cuts more, cheaper, riskier) and 0.5 its square root.
@@ -96,11 +102,12 @@ MIN_PEERS = 4
 #: trust their gains (two: the least that shows a spread; with fewer a cut is a pause).
 MIN_FINISHED = 2
 #: The guard's reach (largest finished recovery, or own slope continued) is multiplied
-#: by this. Its stop is final, on thin evidence (two finished curves may do), so it must
-#: be sure. On the 13 development tasks (accuracy and loss, seeds 0-4, 130 runs; with the
-#: first version of the resume rule): at 1.5
-#: 115 hits (median money to the hit 0.22x / 0.24x no pruning's, accuracy / loss), at 3
-#: 118 (0.23x / 0.23x), without the guard 119 (0.23x / 0.24x).
+#: by this. It judges on thin evidence (two finished curves may do), so it must be sure;
+#: its verdict is a pause until the last round (CostAwarePruner). On the 13 development
+#: tasks (accuracy and loss, seeds 0-4, 130 runs; with the first version of the resume
+#: rule, when its verdict was a stop): at 1.5 115 hits (median money to the hit 0.22x /
+#: 0.24x no pruning's, accuracy / loss), at 3 118 (0.23x / 0.23x), without the guard 119
+#: (0.23x / 0.24x).
 GUARD_OPTIMISM = 3.0
 #: No guard decision before this epoch (epoch-1 values are close to noise).
 GUARD_FROM = 2
@@ -356,7 +363,7 @@ class CostAwarePolicy:
         if reach is None or incumbent is None:
             unsure = "too few finished trials to predict it"
         else:
-            # Reaching or short, a cut is a pause: only the guard's stop is final.
+            # Reaching or short, a cut is a pause (so is the guard's stop, in the pruner).
             reaches = reach >= incumbent
             unsure = (f"its predicted final (80%: {_fmt_interval(metric_interval)}, at best "
                       f"{sign * reach:.4g}) "
@@ -617,9 +624,17 @@ class CostAwarePruner:
     def _decided(self, trial: int, epoch: int, verdict: Verdict) -> Verdict:
         """Record a PAUSE or STOP of ``trial`` after ``epoch`` on the board, in the
         predictions and among the paused trials; return ``verdict`` (a PAUSE of a trial
-        resumed when nothing new was left becomes CONTINUE: no one to pause it for)."""
+        resumed when nothing new was left becomes CONTINUE: no one to pause it for; the
+        guard's STOP of any other trial becomes a PAUSE, judged again in the last round)."""
         if verdict.decision is Decision.PAUSE and trial in self.last_round:
             verdict = CONTINUE
+        elif verdict.decision is Decision.STOP and trial not in self.last_round:
+            # The guard judged on the finished curves of now, often the few early leaders,
+            # whose recoveries understate a slow starter's; the last round judges it again
+            # on the whole run's (a stop there is final).
+            verdict = Verdict(Decision.PAUSE, verdict.reason + "; paused: judged again once "
+                              "no configuration is new", verdict.predicted_final,
+                              verdict.predicted_interval)
         if verdict.decision in (Decision.STOP, Decision.PAUSE):
             self.board.stop(trial, epoch)
             if verdict.predicted_interval is not None:
@@ -645,15 +660,15 @@ class CostAwarePruner:
 
         While new configurations remain (``fresh``), a paused trial qualifies when trials
         have reached the epoch it paused after since it paused, it now ranks within the
-        kept share there (they did worse: the evidence changed), and the 80% interval of
-        its final still reaches the incumbent. Once none remain, a paused trial competes
-        only with an idle worker: any whose predicted finals beat the incumbent with some
-        chance (some of its forecast's plausible finals do: the test its pause was
-        promised, "may still reach the best finished trial") and that the guard would not
-        stop qualifies, whatever its 80% interval: the eventual best is often a slow
-        starter whose late gains exceed what most finished curves gained. It then trains
-        on until the guard stops it or it finishes, never paused again: there is nothing
-        to pause it for; a budget caps this last round. Of those, the one with the best
+        kept share there (they did worse: the evidence changed), the 80% interval of
+        its final still reaches the incumbent and the guard would keep it. Once none
+        remain, a paused trial competes only with an idle worker: any whose predicted
+        finals beat the incumbent with some chance (some of its forecast's plausible finals
+        do: the test its pause was promised, "may still reach the best finished trial")
+        and that the guard would keep qualifies, whatever its 80% interval: the eventual
+        best is often a slow starter whose late gains exceed what most finished curves
+        gained. It then trains on until the guard stops it or it finishes, never paused
+        again: there is nothing to pause it for; a budget caps this last round. Of those, the one with the best
         expected improvement over the incumbent per unit of its epoch's cost (measured
         epoch time x its node's price); before any trial finished, the best ranked per
         unit of cost.
@@ -677,9 +692,12 @@ class CostAwarePruner:
                           and interval[1] < incumbent):
                 # Not recorded as passed over: the last round judges it by another rule.
                 continue
+            hopeless = policy._guard(board, trial, epoch, board.scores[trial][epoch],
+                                     interval) is not None
+            if fresh and hopeless:
+                continue  # it would be paused again after its next epoch
             gain = policy.expected_improvement(board, trial, epoch)
-            if not fresh and (gain is None or gain <= 0 or policy._guard(
-                    board, trial, epoch, board.scores[trial][epoch], interval) is not None):
+            if not fresh and (gain is None or gain <= 0 or hopeless):
                 self._passed_over[trial] = evidence
                 continue  # no forecast yet, no chance, or no optimistic path: wait
             # Its epoch cost against its peers', as when it was paused.
