@@ -107,7 +107,9 @@ MIN_FINISHED = 2
 #: tasks (accuracy and loss, seeds 0-4, 130 runs; with the first version of the resume
 #: rule, when its verdict was a stop): at 1.5 115 hits (median money to the hit 0.22x /
 #: 0.24x no pruning's, accuracy / loss), at 3 118 (0.23x / 0.23x), without the guard 119
-#: (0.23x / 0.24x).
+#: (0.23x / 0.24x). As a pause (seed 0, 26 runs): at 1.5 26 hits (0.23x / 0.19x), at 3 26
+#: (0.24x / 0.20x), at 6 26 (0.25x / 0.20x); without it the last round judges every
+#: hopeless trial, and the benchmark's simulation ran several times slower (its scans).
 GUARD_OPTIMISM = 3.0
 #: No guard decision before this epoch (epoch-1 values are close to noise).
 GUARD_FROM = 2
