@@ -670,10 +670,10 @@ class CostAwarePruner:
         and that the guard would keep qualifies, whatever its 80% interval: the eventual
         best is often a slow starter whose late gains exceed what most finished curves
         gained. It then trains on until the guard stops it or it finishes, never paused
-        again: there is nothing to pause it for; a budget caps this last round. Of those, the one with the best
-        expected improvement over the incumbent per unit of its epoch's cost (measured
-        epoch time x its node's price); before any trial finished, the best ranked per
-        unit of cost.
+        again: there is nothing to pause it for; a budget caps this last round. Of those,
+        the one with the best expected improvement over the incumbent per unit of its
+        epoch's cost (measured epoch time x its node's price); before any trial finished,
+        the best ranked per unit of cost.
         """
         board, policy = self.board, self.policy
         incumbent = board.incumbent()
