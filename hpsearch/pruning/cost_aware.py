@@ -120,6 +120,10 @@ COST_FULL_FROM = 10
 COST_FACTOR_RANGE = (1 / 3, 3.0)
 
 
+#: What a pause's reason promises when its trial waits for the last round.
+JUDGED_AGAIN = "judged again once no configuration is new"
+
+
 def _interpolate(schedule: tuple[tuple[float, float], ...], x: float) -> float:
     """Log-linear interpolation of the kept share; flat beyond the ends."""
     xs = [p[0] for p in schedule]
@@ -371,7 +375,7 @@ class CostAwarePolicy:
                       f"{sign * reach:.4g}) "
                       + ("may still reach" if reaches else "ends short of")
                       + f" the best finished trial ({sign * incumbent:.4g})"
-                      + ("" if reaches else "; judged again once no configuration is new"))
+                      + ("" if reaches else f"; {JUDGED_AGAIN}"))
         return Verdict(Decision.PAUSE, f"{why}; paused: {unsure}",
                        self._to_metric(board, predicted), metric_interval)
 
@@ -634,9 +638,8 @@ class CostAwarePruner:
             # The guard judged on the finished curves of now, often the few early leaders,
             # whose recoveries understate a slow starter's; the last round judges it again
             # on the whole run's (a stop there is final).
-            verdict = Verdict(Decision.PAUSE, verdict.reason + "; paused: judged again once "
-                              "no configuration is new", verdict.predicted_final,
-                              verdict.predicted_interval)
+            verdict = Verdict(Decision.PAUSE, f"{verdict.reason}; paused: {JUDGED_AGAIN}",
+                              verdict.predicted_final, verdict.predicted_interval)
         if verdict.decision in (Decision.STOP, Decision.PAUSE):
             self.board.stop(trial, epoch)
             if verdict.predicted_interval is not None:
