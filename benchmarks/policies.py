@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import lcbench, peers, sampled
+from benchmarks import priors as priors_mod
 from hpsearch.money.nodes import fleet_cost
 from hpsearch.simulate import Preemptions, SimResult, simulate
 
@@ -188,39 +189,59 @@ SPOT_CHECKPOINT_S = 2.0
 #: What proposes new configurations: the pool in a seeded random order (every policy
 #: the same order), or hpsearch's default sampler (TPE) learning from the study
 #: (:mod:`benchmarks.sampled`).
-SAMPLERS = ("order", "tpe")
+SAMPLERS = ("order", "tpe", "curve")
 SAMPLER_TEXT = {"order": "in a seeded random order (the same for every policy)",
                 "tpe": "proposed by TPE from the study, each mapped to the nearest untried "
-                       "configuration"}
+                       "configuration",
+                "curve": "chosen by the curve sampler among the untried configurations"}
+
+
+PRIOR_TEXT = {"none": "", "loto": ", from a prior of one earlier cost_aware study of every "
+              "other task", "loto-full": ", from a prior of one exhaustive earlier study "
+              "of every other task"}
 
 
 def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
-            spot_rate: float | None = None, objective: str = "acc", sampler: str = "order"):
+            spot_rate: float | None = None, objective: str = "acc", sampler: str = "order",
+            priors=None):
     """Every (task, seed, policy) run, on demand and (with ``spot_rate``) on spot with
     simulated preemptions, on ``objective`` (``acc`` or ``loss``, see
     :data:`benchmarks.lcbench.OBJECTIVES`), with new configurations from ``sampler``
-    (:data:`SAMPLERS`); returns the rows and the anytime curves (on demand)."""
+    (:data:`SAMPLERS`), the curve sampler starting from ``priors(task)`` (earlier
+    studies) if given; returns the rows and the anytime curves (on demand)."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler: one of {', '.join(SAMPLERS)} (got {sampler!r})")
     rows, curves = [], {}
     markets = ["on-demand"] + (["spot"] if spot_rate else [])
-    declared = lcbench.declared_space(data) if sampler == "tpe" and data else None
+    declared = lcbench.declared_space(data) if sampler != "order" and data else None
     for task in tasks:
         for seed in seeds:
             pool = lcbench.load_pool(task, n, seed, data, objective)
             order = list(np.random.default_rng([seed, 1]).permutation(n))
             space = (sampled.pool_space(pool.configs, declared if task != "synthetic"
-                                        else None) if sampler == "tpe" else None)
+                                        else None) if sampler != "order" else None)
             max_epochs = max(c.epochs for c in pool.curves)
+            if space:
+                # Random search without pruning (the fixed order): what every row's
+                # money to the hit is also measured against (x_none_order).
+                reference = simulate(pool.curves, order, workers, peers.make(
+                    "none", max_epochs=max_epochs, n_trials=n, seed=seed), params=pool.configs)
+                order_hit = run_metrics(pool, reference)["money_to_hit"]
+            else:
+                order_hit = None
             for market in markets:
                 for policy in policies:
-                    scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n,
-                                           seed=seed, mode=pool.objective.mode,
-                                           metric=pool.objective.metric, **(options or {}))
                     spot = market == "spot"
                     started = time.perf_counter()
-                    study = (sampled.SampledStudy(pool.configs, space, pool.objective.mode,
-                                                  seed) if space else None)
+                    study = (sampled.SampledStudy(
+                        pool.configs, space, pool.objective.mode, seed, sampler,
+                        prior=priors(task) if priors else (), max_epochs=max_epochs)
+                        if space else None)
+                    scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n,
+                                           seed=seed, mode=pool.objective.mode,
+                                           metric=pool.objective.metric,
+                                           chooser=study and study.resume_chooser(),
+                                           **(options or {}))
                     result = simulate(pool.curves, order, workers, scheduler, preemptions=(
                         Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
                         if spot else None), params=pool.configs, study=study)
@@ -232,6 +253,7 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                            "n": n, "workers": workers,
                            **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
                                          workers),
+                           **decision_cost(study),
                            "wall_s": time.perf_counter() - started}
                     rows.append(row)
                     if not spot:
@@ -245,10 +267,25 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                                    if base and r["hit"] and base["hit"] else None)
                     r["x_none_fixed"] = (r["money_to_hit_fixed"] / base["money_to_hit_fixed"]
                                          if base and r["hit"] and base["hit"] else None)
+                    # Against random search without pruning (the fixed order's none).
+                    reference_hit = (order_hit if space else
+                                     base["money_to_hit"] if base else None)
+                    r["x_none_order"] = (r["money_to_hit"] / reference_hit
+                                         if reference_hit and r["hit"] else None)
                     log(f"{task:18s} seed {seed} {r['market']:9s} {r['policy']:17s} hit "
                         f"{str(r['hit']):5s} x_none {fmt(r['x_none'])} "
                         f"regret {r['regret_pp']:.2f} pp")
     return rows, curves
+
+
+def decision_cost(study) -> dict:
+    """The sampler's CPU seconds per decision (each proposal and resume ranking):
+    median and largest, and how many (empty without a sampler in the loop)."""
+    seconds = sorted(getattr(study, "decision_s", None) or [])
+    if not seconds:
+        return {"decisions": 0, "decision_s_median": None, "decision_s_max": None}
+    return {"decisions": len(seconds), "decision_s_median": statistics.median(seconds),
+            "decision_s_max": seconds[-1]}
 
 
 def hit_started(pool: lcbench.Pool, result: SimResult) -> int | None:
@@ -295,6 +332,11 @@ def summarise(rows: list[dict], policies, market: str = "on-demand",
 
         out.append({"policy": policy, "hits": len(hits), "runs": len(mine),
                     "x_none": med("x_none"), "x_none_fixed": med("x_none_fixed"),
+                    "x_none_order": med("x_none_order"),
+                    "decision_s_median": med("decision_s_median", mine),
+                    "decision_s_max": max((r["decision_s_max"] for r in mine
+                                           if r.get("decision_s_max") is not None),
+                                          default=None),
                     "x_oracle": med("x_oracle"),
                     "hit_start_x_oracle": med("hit_start_x_oracle"),
                     "hit_started": med("hit_started", [r for r in mine
@@ -348,29 +390,33 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None,
     lines = [
         f"Objective {objective.name} ({objective.metric}, {objective.mode}); tasks "
         f"{', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; new "
-        f"configurations {SAMPLER_TEXT[getattr(args, 'sampler', 'order')]}; "
+        f"configurations {SAMPLER_TEXT[getattr(args, 'sampler', 'order')]}"
+        f"{PRIOR_TEXT[getattr(args, 'prior', 'none')]}; "
         f"pools of {args.n}; {args.workers} workers; hit = a trial trained to the end "
         f"{target}; regret in {unit}.",
     ]
     for name, rows in (groups or {"all": summary}).items():
         lines += [
             "", f"Task group {name}:", "",
-            "| policy | hits | money to hit (x none, median of hits) | same, fixed cluster "
+            "| policy | hits | money to hit (x none, median of hits) | same, x none in "
+            "the fixed order | same, fixed cluster "
             "(x none) | x oracle | regret (mean) | regret (median) | wasted share | "
             "whole run (x none) | calibration of 80% intervals | first hitting "
             "configuration started (median position) | the trial that hit started at "
-            "(x oracle, median) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "(x oracle, median) | sampler CPU per decision (median / max, s) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in rows:
             calib = ("-" if s.get("calibration") is None else
                      f"{s['calibration']:.0%} of {s['predictions']}")
             lines.append(
                 f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+                f"{fmt(s.get('x_none_order'))} | "
                 f"{fmt(s.get('x_none_fixed'))} | {fmt(s['x_oracle'])} | "
                 f"{fmt(s['regret_mean'], 3)} | {fmt(s['regret_pp'], 3)} | "
                 f"{fmt(s['wasted'])} | {fmt(s['money_x_none'])} | {calib} | "
-                f"{fmt(s.get('hit_started'), 0)} | {fmt(s.get('hit_start_x_oracle'))} |")
+                f"{fmt(s.get('hit_started'), 0)} | {fmt(s.get('hit_start_x_oracle'))} | "
+                f"{fmt(s.get('decision_s_median'), 3)} / {fmt(s.get('decision_s_max'), 2)} |")
     lines += ["", f"Money to hit two ways: {args.workers} workers released when idle (busy "
               f"time x price), and a fixed cluster of {args.workers} nodes billed for the "
               "search's wall time to the hit, idle or not."]
@@ -467,6 +513,10 @@ def main(argv: list[str] | None = None) -> int:
                              "policy (default); tpe: hpsearch's default sampler proposes "
                              "each new trial from the study, mapped to the nearest untried "
                              "configuration of the pool")
+    parser.add_argument("--prior", choices=sorted(priors_mod.PRIORS), default="none",
+                        help="the curve sampler's prior: none; loto: an earlier cost_aware "
+                             "study of every other task (leave one task out); loto-full: "
+                             "an exhaustive one")
     parser.add_argument("--quick", action="store_true",
                         help="one task, one seed, 60 configurations (CI; under a minute)")
     args = parser.parse_args(argv)
@@ -480,10 +530,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.prior != "none" and args.sampler != "curve":
+        print("error: --prior: only --sampler curve reads a prior", file=sys.stderr)
+        return 2
+    prior_policy = priors_mod.PRIORS[args.prior]
+    priors = (priors_mod.LeaveOneTaskOut(args.tasks, args.n, args.data, args.objective,
+                                         prior_policy, args.workers)
+              if prior_policy else None)
     try:
         rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
                                args.data, spot_rate=args.spot_rate,
-                               objective=args.objective, sampler=args.sampler)
+                               objective=args.objective, sampler=args.sampler,
+                               priors=priors)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
-"""A sampler in the loop: new trials proposed by hpsearch's default sampler from what the
-study has seen, instead of a fixed random order.
+"""A sampler in the loop: new trials proposed by one of hpsearch's samplers from what the
+study has seen (TPE, the default; ``curve``, the curve-aware sampler), or the fixed order
+recorded in a real study (what an earlier study, read as a prior, holds).
 
 The benchmark's pools are fixed (200 configurations with known curves), so a proposal
 is mapped to the nearest configuration of the pool not tried yet (in the unit cube of
@@ -13,6 +14,12 @@ sampler reads as pruned where it paused
 pool's configuration is then asked as an enqueued trial, so the study holds the
 hyperparameters that were trained.
 
+The curve sampler (:class:`hpsearch.adapters.optuna.curve_sampler.CurveSampler`) rates
+candidates instead of proposing a point: its candidates are the pool's configurations
+not tried yet (a random sample of the space, as its own random candidates are), so its
+proposal is one of them. It shares its planner with the cost-aware policy's resume
+ranking (:meth:`SampledStudy.resume_chooser`), as a real run's study does.
+
 What this measures that the fixed order cannot: how much sooner the configuration that
 hits is started when the sampler learns from the policy's evidence (full curves for no
 pruning, partial ones for the pruners), i.e. the sampler's share of the money to the hit.
@@ -21,6 +28,7 @@ pruning, partial ones for the pruners), i.e. the sampler's share of the money to
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -56,9 +64,13 @@ def pool_space(configs: Sequence[Mapping[str, Any]],
     return out
 
 
+#: What proposes a study's new trials: TPE, the curve sampler, or a fixed order.
+STUDY_SAMPLERS = ("tpe", "curve", "order")
+
+
 class SampledStudy(MemoryStudy):
-    """A :class:`~hpsearch.core.ports.MemoryStudy` whose new trials are proposed by TPE
-    (:func:`hpsearch.adapters.optuna.samplers.tpe_sampler`, reseeded per ask as a real run
+    """A :class:`~hpsearch.core.ports.MemoryStudy` recorded in a real in-memory Optuna
+    study, whose new trials are proposed by ``sampler`` (reseeded per ask as a real run
     does) and mapped to the nearest untried configuration of the pool.
 
     Args:
@@ -66,13 +78,22 @@ class SampledStudy(MemoryStudy):
         space: Each hyperparameter's range (:func:`pool_space`).
         mode: ``max`` or ``min`` (the study's direction).
         seed: The search seed.
+        sampler: One of :data:`STUDY_SAMPLERS`.
+        prior: Earlier studies (Optuna studies) the curve sampler starts from.
+        max_epochs: Epochs of a full trial (the curve sampler's).
+        order: The pool's order for ``sampler="order"``.
     """
 
     def __init__(self, params: Sequence[Mapping[str, Any]], space: Space, mode: str,
-                 seed: int):
+                 seed: int, sampler: str = "tpe", prior: Sequence[Any] = (),
+                 max_epochs: int = 52, order: Sequence[int] | None = None):
         import optuna
 
+        if sampler not in STUDY_SAMPLERS:
+            raise ValueError(f"sampler: one of {', '.join(STUDY_SAMPLERS)} (got {sampler!r})")
         super().__init__(params, seed=0)
+        self.sampler = sampler
+        self.fixed = list(order if order is not None else range(len(params)))
         self.space = dict(space)
         self.search_seed = seed
         self.names = sorted(self.space)
@@ -84,6 +105,48 @@ class SampledStudy(MemoryStudy):
         self.optuna = optuna.create_study(direction="maximize" if mode == "max"
                                           else "minimize")
         self.trials: dict[int, Any] = {}  # pool index -> its Optuna trial
+        self.epoch_times: dict[int, list[float]] = {}
+        #: Seconds each proposal (and each resume ranking) took: the sampler's CPU cost.
+        self.decision_s: list[float] = []
+        self.planner = None
+        if sampler == "curve":
+            from hpsearch.adapters.optuna.curve_sampler import (dimensions,
+                                                                prior_from_studies)
+            from hpsearch.model.planner import Planner
+
+            self.planner = Planner(dimensions(self.distributions()), max_epochs,
+                                   seed=seed, candidates=self._untried)
+            self.planner.model.prior = prior_from_studies(prior, self.planner, max_epochs)
+
+    def distributions(self) -> dict[str, Any]:
+        """The space as Optuna distributions."""
+        from optuna.distributions import FloatDistribution
+
+        return {name: FloatDistribution(low, high, log=log)
+                for name, (low, high, log) in self.space.items()}
+
+    def _untried(self, seed: int) -> list[dict[str, float]]:
+        return [{name: float(self.params[i][name]) for name in self.names
+                 if name in self.params[i]} for i in np.flatnonzero(self.untried)]
+
+    def _sampler(self, seed: int):
+        from hpsearch.adapters.optuna.samplers import tpe_sampler
+
+        if self.sampler == "curve":
+            from hpsearch.adapters.optuna.curve_sampler import CurveSampler
+
+            return CurveSampler(self.distributions(), seed=seed, planner=self.planner)
+        return tpe_sampler(seed)
+
+    def resume_chooser(self):
+        """The curve sampler's planner as the cost-aware policy's resume ranking (None
+        for another sampler), reading this study as a real run's reads its own."""
+        if self.planner is None:
+            return None
+        from hpsearch.adapters.optuna.samplers import curve_resume_chooser
+
+        return _Timed(curve_resume_chooser(self.planner, self.optuna, self.search_seed),
+                      self.decision_s)
 
     def _unit(self, name: str, value: float) -> float:
         low, high, log = self.space[name]
@@ -102,19 +165,24 @@ class SampledStudy(MemoryStudy):
     def ask(self) -> tuple[int, dict[str, Any], int]:
         import optuna
 
-        from hpsearch.adapters.optuna.samplers import sampler_seed, tpe_sampler
+        from hpsearch.adapters.optuna.samplers import sampler_seed
 
         if not self.untried.any():
             raise IndexError("SampledStudy: no configuration left")
-        self.optuna.sampler = tpe_sampler(
-            sampler_seed(self.search_seed, len(self.optuna.trials)))
-        proposal = self.optuna.ask()
-        point = self._suggest(proposal)
-        self.optuna.tell(proposal, state=optuna.trial.TrialState.FAIL)
-        unit = np.array([self._unit(name, point[name]) for name in self.names])
-        distance = ((self.units - unit) ** 2).sum(axis=1)
-        distance[~self.untried] = np.inf
-        number = int(np.argmin(distance))
+        if self.sampler == "order":
+            number = next(i for i in self.fixed if self.untried[i])
+        else:
+            started = time.perf_counter()
+            self.optuna.sampler = self._sampler(
+                sampler_seed(self.search_seed, len(self.optuna.get_trials(deepcopy=False))))
+            proposal = self.optuna.ask()
+            point = self._suggest(proposal)
+            self.decision_s.append(time.perf_counter() - started)
+            self.optuna.tell(proposal, state=optuna.trial.TrialState.FAIL)
+            unit = np.array([self._unit(name, point[name]) for name in self.names])
+            distance = ((self.units - unit) ** 2).sum(axis=1)
+            distance[~self.untried] = np.inf
+            number = int(np.argmin(distance))
         self.untried[number] = False
         self.optuna.enqueue_trial({name: float(self.params[number][name])
                                    for name in self.names if name in self.params[number]})
@@ -130,6 +198,12 @@ class SampledStudy(MemoryStudy):
         trial = self.trials[report.number]
         if report.epoch not in self.values.get(report.number, {}):
             trial.report(float(report.value), report.epoch)
+            # Measured epoch times, as a real run's study keeps them (the curve
+            # sampler's cost of a look).
+            times = self.epoch_times.setdefault(report.number, [])
+            if report.epoch_s > 0 and report.epoch == len(times) + 1:
+                times.append(report.epoch_s)
+                trial.set_user_attr(keys.ATTR_EPOCH_TIMES, list(times))
         super().record_epoch(report)
 
     def set_attrs(self, number: int, attrs: Mapping[str, Any]) -> None:
@@ -152,3 +226,17 @@ class SampledStudy(MemoryStudy):
             self.optuna.tell(self.trials[number], value)
         elif told is not None:
             self.optuna.tell(self.trials[number], state=told)
+
+
+class _Timed:
+    """A resume chooser whose every call's seconds are appended to ``into``."""
+
+    def __init__(self, chooser, into: list[float]):
+        self.chooser, self.into = chooser, into
+
+    def choose(self, paused, fresh):
+        started = time.perf_counter()
+        try:
+            return self.chooser.choose(paused, fresh)
+        finally:
+            self.into.append(time.perf_counter() - started)

@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -652,6 +652,8 @@ class _Prepared:
     run_path: Path
     url: str
     checkpoints: Any
+    #: The curve sampler's earlier studies (``search.prior``), read into memory.
+    prior: list = field(default_factory=list)
 
 
 def _prepare(source, overrides, run_dir, backend, trainable,
@@ -686,7 +688,34 @@ def _prepare(source, overrides, run_dir, backend, trainable,
     faults.check_writable(run_path, config_mod.sqlite_file(url))
     checkpoints = RunCheckpoints(config, run_path)  # opened, priced: before anything is written
     return _Prepared(backend, started_s, config, gpu, first.currency, run_path, url,
-                     checkpoints)
+                     checkpoints, _read_prior(config, url))
+
+
+def _prior_text(prior: list) -> str:
+    """What the run header says of the curve sampler's prior ("" without one)."""
+    if not prior:
+        return ""
+    trials = sum(len(study.trials) for study in prior)
+    return f" (prior: {len(prior)} earlier stud{'y' if len(prior) == 1 else 'ies'}, " \
+           f"{trials} trial(s))"
+
+
+def _read_prior(config: config_mod.Config, url: str) -> list:
+    """The earlier studies ``search.prior`` names (ConfigError on a bad one, naming its
+    index; this run's own study is refused: its trials are not an earlier study's)."""
+    if not config.search.prior:
+        return []
+    from hpsearch.adapters.optuna.results import load_prior, resolve_source
+
+    for i, source in enumerate(config.search.prior):
+        try:
+            same = resolve_source(source).url == url
+        except ConfigError:
+            continue  # load_prior names the problem
+        if same:
+            raise ConfigError(f"search.prior[{i}]", "is this run's own study; a prior is "
+                              "an earlier study of the same space", source)
+    return load_prior(config.search.prior, config.space)
 
 
 def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
@@ -813,7 +842,7 @@ def _search(ready: _Prepared, price, ledger, continuing: bool, concurrency: int,
             try:
                 session = _Session(ready.config, run_path, ready.url, price, ledger, out,
                                    ready.backend, signals, ready.gpu, ready.started_s,
-                                   ready.checkpoints)
+                                   ready.checkpoints, ready.prior)
                 return session.run(continuing, concurrency, progress_interval_s)
             finally:
                 _detach_log(handler)
@@ -964,7 +993,7 @@ def _policy(config: config_mod.Config, recorder: Any, accountant: Any):
 
         return CostAwarePruner(CostAwarePolicy(
             mode=mode, max_epochs=config.max_epochs, min_epochs=pruning.min_epochs,
-            aggressiveness=pruning.aggressiveness), accountant)
+            aggressiveness=pruning.aggressiveness), accountant, recorder.resume_chooser())
     from hpsearch.pruning.none import NoPruning
 
     return NoPruning()
@@ -983,7 +1012,7 @@ class _Session:
     def __init__(self, config, run_path: Path, url: str, price, ledger,
                  out: Callable[[str], None], backend, signals: _Signals | None = None,
                  gpu: Any = None, started_s: float | None = None,
-                 checkpoints: Any = None):
+                 checkpoints: Any = None, prior: list | None = None):
         from hpsearch.checkpoints import RunCheckpoints
         from hpsearch.money.budget import Accountant
         from hpsearch.money.nodes import Fleet
@@ -1008,6 +1037,7 @@ class _Session:
         self.signals = signals or _Signals()
         self._money_written_s: float | None = None
         self.checkpoints = checkpoints or RunCheckpoints(config, run_path)
+        self.prior = prior or []
 
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
         import yaml
@@ -1017,7 +1047,7 @@ class _Session:
         config = self.config
         (self.run_path / "space.yaml").write_text(
             yaml.safe_dump(config.to_dict(), sort_keys=False))
-        recorder = StudyRecorder(config, self.url)
+        recorder = StudyRecorder(config, self.url, self.prior)
         ledger = self.accountant.ledger
         failing = True
         try:
@@ -1144,7 +1174,8 @@ class _Session:
             ("max_cost", budget.max_cost), ("max_cost_per_trial", budget.max_cost_per_trial),
             ("max_wall_s", budget.max_wall_s)) if value is not None) or "none"
         out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
-            f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}")
+            f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}, "
+            f"sampler: {config.search.sampler}{_prior_text(self.prior)}")
         out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
             f"{fmt_money(price.instance_per_hour, price.currency)}/node-hour, "
             f"{_billing_terms(price)}; a trial pays its share "

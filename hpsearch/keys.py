@@ -87,6 +87,11 @@ ATTR_CURRENCY = "currency"
 ATTR_SPOT_COST = "spot_cost"  #: the part of ``cost`` billed at spot prices
 ATTR_SHARE = "share"  #: the fraction of its node the trial paid for (latest interval)
 
+# Optuna trial system attributes (not shown by the dashboard).
+#: What the curve sampler's model was fitted on when it proposed this trial
+#: (hpsearch.model.freeze_thaw.FitState): a continued run rebuilds the same model
+SYSTEM_CURVE_FIT = "hps_curve_fit"
+
 # Optuna study user attributes.
 ATTR_CONFIG = "config"
 ATTR_PRICE = "price"  #: the run's Price as a dict

@@ -1,6 +1,6 @@
 """The architecture, enforced on the source (AST): layers, no cycles, no private imports.
 
-* The core packages (``spec``, ``money``, ``pruning``, ``core``, ``recovery``, ``report``,
+* The core packages (``spec``, ``money``, ``pruning``, ``model``, ``core``, ``recovery``, ``report``,
   the shared leaves and the simulator) never import ``hpsearch.adapters``, the driver,
   the CLI or the tools, at module level or inside functions.
 * Adapters never import the driver, the CLI or the tools: only the composition roots
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "hpsearch"
 
-CORE = ("hpsearch.spec", "hpsearch.money", "hpsearch.pruning", "hpsearch.core",
+CORE = ("hpsearch.spec", "hpsearch.money", "hpsearch.pruning", "hpsearch.model", "hpsearch.core",
         "hpsearch.recovery", "hpsearch.report", "hpsearch.errors", "hpsearch.keys",
         "hpsearch.scalars", "hpsearch.simulate")
 ROOTS = ("hpsearch.driver", "hpsearch.cli", "hpsearch.tools", "hpsearch.__main__")

@@ -48,6 +48,7 @@ PURE_MODULES = [
     "hpsearch.recovery.storage",
     "hpsearch.money.storage",
     "hpsearch.checkpoints",
+    "hpsearch.model.planner",
 ]
 MARKER = "@@hpsearch-test-result@@"
 

@@ -279,6 +279,9 @@ def ask_and_tell(recorder: StudyRecorder, n: int, tag: str) -> list[dict]:
     ("cmaes", MIXED_SPACE, 9, 3),
     ("qmc", MIXED_SPACE, 2, 2),  # its position in the sequence is kept in the study
     ("grid", GRID, 2, 4),  # the whole grid, resumed in the middle of it
+    # The curve sampler's model is rebuilt from the fit the study kept (its state on the
+    # trial it proposed), not refitted on the reopened study's larger evidence.
+    ("curve", MIXED_SPACE, 7, 4),
 ])
 def test_a_resumed_study_samples_like_the_uninterrupted_one(new_sqlite, sampler, space,
                                                            first, then):

@@ -55,7 +55,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hpsearch.core.lifecycle import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
@@ -539,6 +539,15 @@ class Prediction:
     high: float
 
 
+class ResumeChooser(Protocol):
+    """Ranks the paused trials the pruner would let resume against starting a new
+    configuration (the curve sampler's planner, :class:`~hpsearch.model.planner.PlannedResume`)."""
+
+    def choose(self, paused: "Sequence[int]", fresh: bool) -> int | None:
+        """The trial of ``paused`` (best first by the pruner's own ranking) to resume now,
+        or None: a new configuration is worth more (``fresh``) or the worker waits."""
+
+
 class CostAwarePruner:
     """The cost-aware policy as a running search keeps it: the board of curves and the
     accountant's measured epoch costs. It implements the core's
@@ -549,13 +558,17 @@ class CostAwarePruner:
         policy: The decision rule.
         accountant: The run's money; its measured epoch times x node prices give the
             cost rates.
+        chooser: Ranks the paused trials that qualify for a resume against a new
+            configuration (:meth:`pick_resume`); None: the best qualified one resumes.
     """
 
     name = "cost_aware"
 
-    def __init__(self, policy: CostAwarePolicy, accountant: "Accountant"):
+    def __init__(self, policy: CostAwarePolicy, accountant: "Accountant",
+                 chooser: "ResumeChooser | None" = None):
         self.policy = policy
         self.accountant = accountant
+        self.chooser = chooser
         self.board = Board(mode=policy.mode)
         #: The predictions behind every pause and stop, for measuring calibration.
         self.predictions: list[Prediction] = []
@@ -676,11 +689,13 @@ class CostAwarePruner:
         again: there is nothing to pause it for; a budget caps this last round. Of those,
         the one with the best expected improvement over the incumbent per unit of its
         epoch's cost (measured epoch time x its node's price); before any trial finished,
-        the best ranked per unit of cost.
+        the best ranked per unit of cost. With a ``chooser`` (the curve sampler's
+        planner, :class:`~hpsearch.model.planner.PlannedResume`), the trials that qualify
+        are ranked by it instead, against a new configuration: it may start one instead.
         """
         board, policy = self.board, self.policy
         incumbent = board.incumbent()
-        best: tuple | None = None
+        qualified: list[tuple[tuple, int]] = []
         ratio_of = None
         for trial in waiting:
             paused = self.paused.get(trial)
@@ -717,13 +732,17 @@ class CostAwarePruner:
             # ties go to the lower trial number (deterministic).
             key = (gain is not None, (gain if gain is not None else 1.0 / cut.rank) * per_cost,
                    -trial)
-            if best is None or key > best[0]:
-                best = (key, trial)
-        if best is None:
+            qualified.append((key, trial))
+        if not qualified:
             return None
-        if not fresh:
-            self.last_round.add(best[1])
-        return best[1]
+        qualified.sort(reverse=True)
+        if self.chooser is not None:
+            pick = self.chooser.choose([trial for _, trial in qualified], fresh)
+        else:
+            pick = qualified[0][1]
+        if pick is not None and not fresh:
+            self.last_round.add(pick)
+        return pick
 
     def on_preempted(self, trial: int, epoch: int) -> Verdict:
         """Decide about ``trial``, preempted after ``epoch`` (on the board already), as

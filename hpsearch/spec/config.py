@@ -155,15 +155,31 @@ def mode_from_metric(metric: str) -> str | None:
     return "min" if low else "max"
 
 
+def _sources(value: Any, path: str) -> tuple[str, ...]:
+    """One run dir or storage URL, or a list of them."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ConfigError(path, "must be a run dir or storage URL, or a list of them", value)
+    return tuple(_str()(item, f"{path}[{i}]") for i, item in enumerate(items))
+
+
 @dataclass(frozen=True)
 class Search:
     """How configurations are proposed and how many run."""
 
     sampler: str = _key(
-        _choice("tpe", "random", "cmaes", "qmc", "grid"),
-        "Optuna sampler: `tpe`, `random`, `cmaes`, `qmc` (scrambled Sobol) or `grid` "
-        "(every combination of categorical, const, int and stepped float values).",
+        _choice("tpe", "random", "cmaes", "qmc", "grid", "curve"),
+        "Optuna sampler: `tpe`, `random`, `cmaes`, `qmc` (scrambled Sobol), `grid` "
+        "(every combination of categorical, const, int and stepped float values) or "
+        "`curve` (a model of the study's curves chooses new configurations and, with "
+        "`cost_aware`, whether a paused trial is worth more).",
         "tpe",
+    )
+    prior: tuple = _key(
+        _sources,
+        "Earlier studies of the same space (run dirs or storage URLs) whose curves the "
+        "`curve` sampler starts from; `[]` = none.",
+        (),
     )
     n_trials: int = _key(_int(1), "Trials in the study (a continued run counts earlier ones).", 16)
     concurrency: int | None = _key(
@@ -506,6 +522,8 @@ class Config:
 def _to_plain(obj: Any) -> Any:
     if isinstance(obj, Space):
         return obj.to_dict()
+    if isinstance(obj, tuple):
+        return [_to_plain(item) for item in obj]
     if isinstance(obj, Oom):
         return {f.name: (list(getattr(obj, f.name)) if f.name == "ladder"
                          else getattr(obj, f.name)) for f in fields(obj)}
@@ -819,6 +837,9 @@ def validate(raw: Mapping[str, Any]) -> Config:
             "will not prune any")
     if config.search.sampler == "grid":
         config = _check_grid(config, warnings)
+    if config.search.prior and config.search.sampler != "curve":
+        raise ConfigError("search.prior", "is read only by search.sampler: curve (the "
+                          f"sampler is {config.search.sampler})", list(config.search.prior))
     return replace(config, warnings=tuple(warnings))
 
 

@@ -21,6 +21,7 @@ import yaml
 
 from hpsearch.report import report as report_mod
 from hpsearch.report import writers
+from hpsearch.adapters.optuna.curve_sampler import EarlierStudy
 from hpsearch.adapters.optuna.study import make_storage
 from hpsearch.errors import ConfigError
 
@@ -163,6 +164,42 @@ def records_from_study(study: optuna.Study) -> tuple[list[dict[str, Any]], dict[
     info = {"name": study.study_name, "direction": study.direction.name.lower(),
             "user_attrs": dict(study.user_attrs)}
     return records, info
+
+
+def load_prior(sources: Iterable[str | Path], space: Iterable[str],
+               field: str = "search.prior") -> list[EarlierStudy]:
+    """The earlier studies ``sources`` (run dirs or storage URLs, one study each) name,
+    read into memory for the curve sampler's prior.
+
+    Raises:
+        ConfigError: on ``field[i]``: a source that does not exist or holds no single
+            study (see :func:`resolve_source`), or a study whose trials have none of the
+            ``space``'s parameters (another space: nothing to learn from).
+    """
+    out = []
+    names = set(space)
+    for i, source in enumerate(sources):
+        where = f"{field}[{i}]"
+        try:
+            resolved = resolve_source(source)
+            storage = _open(resolved.url)
+        except ConfigError as exc:
+            raise ConfigError(where, exc.reason, str(source)) from None
+        try:
+            listed = [s.study_name for s in optuna.get_all_study_summaries(storage, False)]
+            try:
+                name = choose_study(listed, None, resolved, str(source))
+            except ConfigError as exc:
+                raise ConfigError(where, exc.reason, str(source)) from None
+            earlier = EarlierStudy.of(optuna.load_study(study_name=name, storage=storage))
+        finally:
+            _close(storage)
+        if not any(names & set(t.params) for t in earlier.trials):
+            raise ConfigError(where, f"its study '{name}' has no trial with any of this "
+                              f"space's parameters ({', '.join(sorted(names))}): a prior "
+                              "must search the same space", str(source))
+        out.append(earlier)
+    return out
 
 
 def report_of_study(study: optuna.Study) -> report_mod.Report:

@@ -9,7 +9,7 @@ import contextlib
 import copy
 import re
 import warnings
-from typing import TYPE_CHECKING, Any, Container
+from typing import TYPE_CHECKING, Any, Container, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -44,7 +44,8 @@ class _GridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def make_sampler(config: Config, n_trials: int) -> optuna.samplers.BaseSampler:
+def make_sampler(config: Config, n_trials: int,
+                 planner: Any = None) -> optuna.samplers.BaseSampler:
     """The sampler that proposes the next trial of a study holding ``n_trials`` trials.
 
     Seeded from ``search.seed`` and ``n_trials``, so the same history gives the same
@@ -56,9 +57,16 @@ def make_sampler(config: Config, n_trials: int) -> optuna.samplers.BaseSampler:
     Args:
         config: The run's config (``search.sampler``, ``search.seed``, the space).
         n_trials: Trials in the study before this ask, in any state.
+        planner: The curve sampler's planner (:func:`curve_planner`; it keeps its model
+            between asks, and the study keeps what the model was fitted on).
     """
     search, space = config.search, config.space
     seed = sampler_seed(search.seed, n_trials)
+    if search.sampler == "curve":
+        from hpsearch.adapters.optuna.curve_sampler import CurveSampler
+
+        return CurveSampler(space.to_optuna(), seed=seed,
+                            planner=planner or curve_planner(config))
     if search.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if search.sampler == "cmaes":
@@ -73,6 +81,45 @@ def make_sampler(config: Config, n_trials: int) -> optuna.samplers.BaseSampler:
     if search.sampler == "grid":
         return _GridSampler(space.grid(), seed=search.seed)
     return tpe_sampler(seed, space.is_conditional)
+
+
+def curve_planner(config: Config, prior: Sequence[Any] = ()) -> Any:
+    """The curve sampler's planner for a run: its space, epochs and seed, the epoch of the
+    policy's first decision (what a look at a new configuration costs), and ``prior``
+    (earlier studies, :func:`hpsearch.adapters.optuna.results.load_prior`)."""
+    from hpsearch.adapters.optuna.curve_sampler import dimensions, prior_from_studies
+    from hpsearch.model.planner import Planner
+
+    pruning = config.pruning
+    first = (config.max_epochs if pruning.policy == "none"
+             else max(2 if pruning.policy == "cost_aware" else 1, pruning.min_epochs))
+    planner = Planner(dimensions(config.space.to_optuna()), config.max_epochs,
+                      seed=config.search.seed, first_decision=first)
+    planner.model.prior = prior_from_studies(prior, planner, config.max_epochs)
+    return planner
+
+
+def curve_resume_chooser(planner: Any, study: optuna.Study, search_seed: int) -> Any:
+    """The curve sampler's planner as the cost-aware policy's resume ranking
+    (:class:`~hpsearch.model.planner.PlannedResume`): it reads ``study`` as the sampler
+    does, and rates new configurations with the candidates the next ask would rate."""
+    from hpsearch.adapters.optuna.curve_sampler import (proposal_seed, restored,
+                                                        study_curves)
+    from hpsearch.model.planner import PlannedResume
+
+    maximize = study.direction.name == "MAXIMIZE"
+
+    def curves():
+        trials = study.get_trials(deepcopy=False)
+        restored(planner, trials, maximize)
+        return study_curves(trials, planner, maximize, planner.max_epochs,
+                            cache=planner.read_cache)
+
+    def seed() -> int:
+        n = len(study.get_trials(deepcopy=False))
+        return proposal_seed(sampler_seed(search_seed, n), n)
+
+    return PlannedResume(planner, curves, seed)
 
 
 def tpe_sampler(seed: int, conditional: bool = False) -> optuna.samplers.BaseSampler:

@@ -22,7 +22,7 @@ import logging
 import reprlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -34,7 +34,8 @@ from hpsearch.spec.config import Config
 from hpsearch.core.lifecycle import TrialState as TState
 from hpsearch.core.ports import EpochReport, TrialHistory
 from hpsearch.errors import ConfigError
-from hpsearch.adapters.optuna.samplers import accepting_experimental, make_sampler
+from hpsearch.adapters.optuna.samplers import (accepting_experimental, curve_planner,
+                                               curve_resume_chooser, make_sampler)
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +178,13 @@ class StudyRecorder:
     read back by :meth:`histories`.
     """
 
-    def __init__(self, config: Config, storage_url: str):
+    def __init__(self, config: Config, storage_url: str, prior: Sequence[Any] = ()):
         self.config = config
         self.storage_url = storage_url
+        #: The curve sampler's planner (``search.sampler: curve``), kept between asks;
+        #: ``prior``: the earlier studies it starts from (read by the driver).
+        self.planner = (curve_planner(config, prior) if config.search.sampler == "curve"
+                        else None)
         self.storage = make_storage(storage_url)
         direction = "maximize" if config.objective.mode == "max" else "minimize"
         existing = [s for s in optuna.get_all_study_summaries(self.storage, False)
@@ -189,7 +194,7 @@ class StudyRecorder:
             storage=self.storage,
             study_name=config.name,
             direction=direction,
-            sampler=make_sampler(config, n_existing),
+            sampler=make_sampler(config, n_existing, self.planner),
             load_if_exists=True,
         )
         if self.study.direction.name.lower() != direction:
@@ -228,7 +233,7 @@ class StudyRecorder:
         """
         with self._lock:
             n_trials = len(self.study.get_trials(deepcopy=False))
-            self.study.sampler = make_sampler(self.config, n_trials)
+            self.study.sampler = make_sampler(self.config, n_trials, self.planner)
             trial = self.study.ask()
             params = self.config.space.suggest(trial)
             seed = trial_seed(self.config.search.seed, trial.number)
@@ -317,6 +322,14 @@ class StudyRecorder:
             attrs[keys.ATTR_NODES] = list(handle.nodes)
         return attrs
 
+    def resume_chooser(self) -> Any:
+        """The curve sampler's resume ranking over this study (None for another
+        sampler): what the cost-aware policy asks before it resumes a paused trial."""
+        if self.planner is None:
+            return None
+        return _Locked(curve_resume_chooser(self.planner, self.study,
+                                            self.config.search.seed), self._lock)
+
     def set_attrs(self, number: int, attrs: Mapping[str, Any]) -> None:
         """Set user attributes of trial ``number`` (its money, why it stopped, ...)."""
         with self._lock:
@@ -381,6 +394,18 @@ class StudyRecorder:
     def close(self) -> None:
         self.storage.remove_session()
         self.storage.engine.dispose()
+
+
+class _Locked:
+    """A resume chooser that reads the study under the recorder's lock (the planner is
+    shared with the sampler, which proposes under it)."""
+
+    def __init__(self, chooser: Any, lock: Any):
+        self.chooser, self.lock = chooser, lock
+
+    def choose(self, paused, fresh):
+        with self.lock:
+            return self.chooser.choose(paused, fresh)
 
 
 def _lifecycle_state(trial: FrozenTrial) -> TState | None:

@@ -1,0 +1,182 @@
+"""What the next unit of money buys: a new configuration (and which), or more epochs of a
+paused trial, each valued as its expected improvement over the incumbent per second of
+work to the next decision about it.
+
+Pure module. Both are asked of one fitted model (:mod:`hpsearch.model.freeze_thaw`), so
+they are on one scale: the expected gain, in final standings, of the trial's end over the
+incumbent's, from the model's plausible finals. The price of that gain is the work until
+the policy next decides about it (``first_decision`` epochs of a new configuration, one
+epoch of a resumed trial, each at its expected seconds per epoch), so a cheap look at a
+promising new configuration can outbid a long climb of a paused near-tie, and the
+reverse. Seconds, not money: every trial runs at a node's price that the planner does
+not know when it chooses, so the ratio of two values is the same in money.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from hpsearch.model.encoding import (Dimension, encode, local_candidates,
+                                     random_candidates)
+from hpsearch.model.freeze_thaw import CurveModel, Fitted, Prior, expected_improvement
+from hpsearch.model.standing import TrialCurve
+
+#: Random candidates a proposal rates (uniform over the encoded space).
+N_RANDOM = 512
+#: Configurations around which local candidates are drawn (the trials the model rates
+#: best), and candidates around each, at this step (encoded units).
+N_LOCAL_CENTRES = 8
+N_LOCAL_EACH = 16
+LOCAL_STEP = 0.08
+#: A candidate this close (encoded distance per dimension) to a trial that has not
+#: reported yet is rated down: that trial will tell what it would.
+PENDING_RADIUS = 0.05
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A new configuration the planner would start.
+
+    Attributes:
+        params: Its hyperparameters.
+        value: Its expected improvement per second to its first decision.
+        improvement: Its expected improvement (standings).
+    """
+
+    params: dict[str, Any]
+    value: float
+    improvement: float
+
+
+class Planner:
+    """Proposes new configurations and ranks them against paused trials (see the module
+    docstring).
+
+    Args:
+        dims: The space.
+        max_epochs: Epochs of a full trial.
+        prior: Earlier studies of the space.
+        seed: Seeds the model and the candidates.
+        first_decision: Epochs a new configuration trains before the policy first decides
+            about it (the cost of a look).
+        candidates: Where candidates come from instead of random draws: a function of
+            the proposal's seed (the benchmark's pool of configurations not yet tried).
+    """
+
+    def __init__(self, dims: Sequence[Dimension], max_epochs: int,
+                 prior: Prior | None = None, seed: int = 0, first_decision: int = 2,
+                 candidates: Callable[[int], Sequence[Mapping[str, Any]]] | None = None):
+        self.dims = list(dims)
+        self.max_epochs = max_epochs
+        self.model = CurveModel(max_epochs, prior, seed)
+        self.seed = seed
+        self.first_decision = max(1, min(first_decision, max_epochs))
+        self.candidates = candidates
+        #: The study's trials as last read (the adapter's cache: a trial that did not
+        #: change is not read again).
+        self.read_cache: dict[int, Any] = {}
+
+    def encode(self, params: Mapping[str, Any]) -> tuple[float, ...]:
+        return encode(self.dims, params)
+
+    # -- new configurations -------------------------------------------------------------
+
+    def propose(self, trials: Sequence[TrialCurve], seed: int) -> Proposal | None:
+        """The candidate with the best expected improvement per second (None: nothing to
+        learn from yet, in the study or the prior; the caller samples at random)."""
+        fitted = self.model.fit(trials)
+        if fitted is None:
+            return None
+        pool = self._candidates(fitted, seed)
+        if not pool:
+            return None
+        gains, values = self._rate(fitted, pool)
+        best = int(np.argmax(values))
+        return Proposal(dict(pool[best]), float(values[best]), float(gains[best]))
+
+    def _candidates(self, fitted: Fitted, seed: int) -> list[dict[str, Any]]:
+        if self.candidates is not None:
+            return [dict(c) for c in self.candidates(seed)]
+        rng = np.random.default_rng([self.seed, seed])
+        out = random_candidates(self.dims, N_RANDOM, rng)
+        seen = [t for t in fitted.trials if t.scores]
+        if seen:
+            means = fitted.final([(t.x, t.last_epoch, t.number) for t in seen]).mean(axis=1)
+            centres = [seen[i] for i in np.argsort(-means)[:N_LOCAL_CENTRES]]
+            out += local_candidates(self.dims, [self._decode(t.x) for t in centres],
+                                    N_LOCAL_EACH, LOCAL_STEP, rng)
+        return out
+
+    def _decode(self, x: Sequence[float]) -> dict[str, Any]:
+        return {d.name: (None if u < 0 else d.decode(u)) for d, u in zip(self.dims, x)}
+
+    def _rate(self, fitted: Fitted, pool: Sequence[Mapping[str, Any]]):
+        """Expected improvement of each candidate, and per second to its first decision."""
+        xs = np.array([self.encode(c) for c in pool], dtype=float)
+        samples = fitted.final([(x, 0, None) for x in xs])
+        gains = expected_improvement(samples, fitted.reference())
+        pending = np.array([t.x for t in fitted.trials if t.open and not t.scores],
+                           dtype=float).reshape(-1, len(self.dims))
+        if len(pending):
+            d = np.sqrt(((xs[:, None, :] - pending[None, :, :]) ** 2).mean(axis=2)).min(axis=1)
+            gains = gains * (1.0 - np.exp(-0.5 * (d / PENDING_RADIUS) ** 2))
+        seconds = self.first_decision * self._epoch_s(fitted.trials)
+        return gains, gains / seconds
+
+    @staticmethod
+    def _epoch_s(trials: Sequence[TrialCurve], number: int | None = None) -> float:
+        """Expected seconds per epoch of trial ``number`` (its own, measured), else the
+        median of the trials measured so far (1 before any)."""
+        own = next((t.epoch_s for t in trials if t.number == number and t.epoch_s), None)
+        if own:
+            return own
+        measured = [t.epoch_s for t in trials if t.epoch_s]
+        return statistics.median(measured) if measured else 1.0
+
+    # -- start or resume ----------------------------------------------------------------
+
+    def choose(self, trials: Sequence[TrialCurve], paused: Sequence[int], fresh: bool,
+               seed: int) -> int | None:
+        """Of the ``paused`` trials (those the policy would let resume), the one worth
+        most per second to its next epoch; None when a new configuration is worth more
+        (``fresh``: one may start) or none is worth anything. Uses the forest the last
+        proposal fitted (a study keeps the sampler's fits, not this ranking's)."""
+        fitted = self.model.latest(trials)
+        if fitted is None or not paused:
+            return paused[0] if paused and fitted is None else None
+        by_number = {t.number: t for t in trials}
+        queries = [(by_number[n].x, by_number[n].last_epoch, n) for n in paused
+                   if n in by_number]
+        numbers = [n for n in paused if n in by_number]
+        if not queries:
+            return None
+        gains = expected_improvement(fitted.final(queries), fitted.reference())
+        values = np.array([g / self._epoch_s(trials, n) for g, n in zip(gains, numbers)])
+        best = int(np.argmax(values))
+        if fresh:
+            pool = self._candidates(fitted, seed)
+            if pool and float(np.max(self._rate(fitted, pool)[1])) >= values[best]:
+                return None
+        return numbers[best] if gains[best] > 0 or not fresh else None
+
+
+class PlannedResume:
+    """A :class:`Planner` bound to where the study's trials are read from: what the
+    cost-aware policy asks before it resumes a paused trial.
+
+    Args:
+        planner: The planner the sampler also proposes with.
+        trials: Reads the study's trials now.
+        seed: The seed of the proposal that would be made now (the sampler's).
+    """
+
+    def __init__(self, planner: Planner, trials: Callable[[], Sequence[TrialCurve]],
+                 seed: Callable[[], int]):
+        self.planner, self.trials, self.seed = planner, trials, seed
+
+    def choose(self, paused: Sequence[int], fresh: bool) -> int | None:
+        return self.planner.choose(self.trials(), paused, fresh, self.seed())
