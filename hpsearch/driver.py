@@ -705,17 +705,9 @@ def _read_prior(config: config_mod.Config, url: str) -> list:
     index; this run's own study is refused: its trials are not an earlier study's)."""
     if not config.search.prior:
         return []
-    from hpsearch.adapters.optuna.results import load_prior, resolve_source
+    from hpsearch.adapters.optuna.results import load_prior
 
-    for i, source in enumerate(config.search.prior):
-        try:
-            same = resolve_source(source).url == url
-        except ConfigError:
-            continue  # load_prior names the problem
-        if same:
-            raise ConfigError(f"search.prior[{i}]", "is this run's own study; a prior is "
-                              "an earlier study of the same space", source)
-    return load_prior(config.search.prior, config.space)
+    return load_prior(config.search.prior, config.space, own=(url, config.name))
 
 
 def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,

@@ -356,3 +356,52 @@ def test_cost_aware_pauses_and_resumes_on_a_synthetic_pool(objective):
     assert result.completed
     assert len(result.completed) < POOL_N
     assert cost_aware.BONUS_CAP > 0
+
+
+# ---------------------------------------------------------------------------------------
+# A resume chooser (the curve sampler's planner) ranks the trials that qualify
+
+
+class Recording:
+    """A resume chooser that answers with ``answer(paused, fresh)`` and records what it
+    was asked."""
+
+    def __init__(self, answer):
+        self.answer, self.asked = answer, []
+
+    def choose(self, paused, fresh):
+        self.asked.append((list(paused), fresh))
+        return self.answer(paused, fresh)
+
+
+def run_with(chooser, seed: int = 0):
+    pool = lcbench.synthetic_pool(POOL_N, seed=seed)
+    epochs = max(c.epochs for c in pool.curves)
+
+    def make(accountant):
+        return CostAwarePruner(CostAwarePolicy("max", epochs), accountant, chooser)
+
+    return simulate(pool.curves, seeded_order(POOL_N, seed), 4, make)
+
+
+def test_a_chooser_that_takes_the_pruners_own_pick_changes_nothing():
+    base = run_with(None)
+    chooser = Recording(lambda paused, fresh: paused[0])
+    same = run_with(chooser)
+    assert decisions(same) == decisions(base) and same.starts == base.starts
+    assert any(fresh for _, fresh in chooser.asked)  # asked while configurations were new
+    assert any(not fresh for _, fresh in chooser.asked)  # and in the last round
+
+
+def test_a_chooser_may_start_a_new_configuration_instead_of_a_resume():
+    chooser = Recording(lambda paused, fresh: None if fresh else paused[0])
+    result = run_with(chooser)
+    base = run_with(None)
+    # While configurations are new, nothing paused resumes: every configuration starts
+    # before the first resume.
+    first_resume = next(i for i, (_, t) in enumerate(result.starts)
+                        if t in {u for _, u in result.starts[:i]})
+    assert len({t for _, t in result.starts[:first_resume]}) == POOL_N
+    assert result.starts != base.starts
+    # It is asked only about trials the pruner lets resume, never all the paused ones.
+    assert all(paused for paused, _ in chooser.asked)

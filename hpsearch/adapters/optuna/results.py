@@ -167,14 +167,16 @@ def records_from_study(study: optuna.Study) -> tuple[list[dict[str, Any]], dict[
 
 
 def load_prior(sources: Iterable[str | Path], space: Iterable[str],
-               field: str = "search.prior") -> list[EarlierStudy]:
+               field: str = "search.prior",
+               own: tuple[str, str] | None = None) -> list[EarlierStudy]:
     """The earlier studies ``sources`` (run dirs or storage URLs, one study each) name,
     read into memory for the curve sampler's prior.
 
     Raises:
         ConfigError: on ``field[i]``: a source that does not exist or holds no single
-            study (see :func:`resolve_source`), or a study whose trials have none of the
-            ``space``'s parameters (another space: nothing to learn from).
+            study (see :func:`resolve_source`), the run's ``own`` study (its storage URL
+            and name), or a study whose trials have none of the ``space``'s parameters
+            (another space: nothing to learn from).
     """
     out = []
     names = set(space)
@@ -191,6 +193,9 @@ def load_prior(sources: Iterable[str | Path], space: Iterable[str],
                 name = choose_study(listed, None, resolved, str(source))
             except ConfigError as exc:
                 raise ConfigError(where, exc.reason, str(source)) from None
+            if own is not None and (resolved.url, name) == own:
+                raise ConfigError(where, "is this run's own study; a prior is an earlier "
+                                  "study of the same space", str(source))
             earlier = EarlierStudy.of(optuna.load_study(study_name=name, storage=storage))
         finally:
             _close(storage)
