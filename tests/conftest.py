@@ -254,6 +254,20 @@ def _guard_fork_exec() -> None:
 _guard_fork_exec()
 
 
+def _warm_font_cache() -> None:
+    """Build matplotlib's font cache before any test runs: the first import of
+    ``matplotlib.font_manager`` on a new machine runs ``fc-list`` (a subprocess), which
+    would fail whichever fast test happened to import matplotlib first (Lightning and
+    the report do) on a clean CI machine, and only there."""
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
+_warm_font_cache()
+
+
 def _guard_ray_init(ray) -> None:
     """``ray.init`` refuses while a fast test runs: joining a running cluster starts no
     process, so the process guards alone would miss it."""
