@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hpsearch import keys
-from hpsearch.core.lifecycle import TrialState
+from hpsearch.trials import TrialState
 from hpsearch.core.placement import check_fits
 from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
                              RunFailed, RunInterrupted)

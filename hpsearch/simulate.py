@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hpsearch.money.budget import Accountant
 from hpsearch.spec.config import Budget
-from hpsearch.core.lifecycle import TrialState
+from hpsearch.trials import TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy, Policy
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.pruning.decisions import Decision

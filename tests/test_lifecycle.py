@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from hpsearch.core.lifecycle import (FINISHED, TRANSITIONS, WAITING, Event, Lifecycle,
-                                     LifecycleError, TrialState)
+from hpsearch.core.lifecycle import TRANSITIONS, Event, Lifecycle, LifecycleError
+from hpsearch.trials import FINISHED, WAITING, TrialState
 
 S, E = TrialState, Event
 

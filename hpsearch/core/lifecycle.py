@@ -1,7 +1,8 @@
 """Every trial's life: its states, the events that move it, and the legal transitions.
 
 Pure module (no Ray, torch, Lightning or Optuna). :class:`Lifecycle` holds one
-:class:`TrialRecord` per trial number and is the only code that changes a trial's state;
+:class:`TrialRecord` per trial number and is the only code that changes a trial's state
+(a :class:`hpsearch.trials.TrialState`, kept below the policies that read it);
 :class:`hpsearch.core.search.SearchCore` decides *which* transition to take and calls
 :meth:`Lifecycle.move`, which refuses any transition the table does not allow, so an
 impossible event (a result from a finished trial, a start of a running one) is a clear
@@ -32,34 +33,7 @@ from dataclasses import dataclass, field
 
 from hpsearch.pruning.decisions import StopRecord
 from hpsearch.errors import HpsearchError
-
-
-class TrialState(enum.Enum):
-    """Where a trial is in its life."""
-
-    PENDING = "pending"  #: admitted; waits for a worker (new, retried or resumed)
-    RUNNING = "running"  #: a process trains it
-    PAUSED = "paused"  #: the policy paused it; its checkpoint is kept; it may resume
-    PREEMPTED = "preempted"  #: its instance was taken back; it waits to resume
-    COMPLETE = "complete"  #: trained to its last epoch (or the trainable stopped itself)
-    PRUNED = "pruned"  #: a policy stopped it early
-    FAILED = "failed"  #: it raised, or was lost more often than allowed
-    BUDGET_STOPPED = "budget_stopped"  #: the budget stopped it; more money resumes it
-
-    @property
-    def finished(self) -> bool:
-        """A state no event of this session leaves (BUDGET_STOPPED too)."""
-        return self in FINISHED
-
-    @property
-    def waiting(self) -> bool:
-        """Not running, not finished: the trial may still start (again)."""
-        return self in WAITING
-
-
-FINISHED = frozenset({TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAILED,
-                      TrialState.BUDGET_STOPPED})
-WAITING = frozenset({TrialState.PENDING, TrialState.PAUSED, TrialState.PREEMPTED})
+from hpsearch.trials import TrialState
 
 
 class Event(enum.Enum):

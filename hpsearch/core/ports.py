@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from hpsearch import keys
-from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
+from hpsearch.core.lifecycle import Event, TrialRecord
 from hpsearch.pruning.decisions import Verdict
+from hpsearch.trials import TrialHistory, TrialState
 
 
 @dataclass(frozen=True)
@@ -58,39 +59,6 @@ class EpochReport:
         if self.trial_time_s is None or self.start_epoch != self.epoch - 1:
             return None
         return max(0.0, self.trial_time_s - self.epoch_s)
-
-
-@dataclass(frozen=True)
-class TrialHistory:
-    """A trial as the study remembers it (what a continued run rebuilds from).
-
-    Attributes:
-        number: The trial.
-        state: Its lifecycle state (RUNNING for a trial a stopped driver left running).
-        values: The objective after each epoch recorded.
-        epoch_times_s: Measured seconds of its epochs, oldest first.
-        startup_s: Seconds before its first epoch, if measured.
-        preemptions: Times it was preempted.
-        failures: Times it failed and was retried.
-        params: Its sampled parameters.
-        paused_at: The epochs after which it was paused, oldest first.
-        resumes: Times it was picked to train on after a pause.
-    """
-
-    number: int
-    state: TrialState
-    values: Mapping[int, float] = field(default_factory=dict)
-    epoch_times_s: Sequence[float] = ()
-    startup_s: float | None = None
-    preemptions: int = 0
-    failures: int = 0
-    params: Mapping[str, Any] = field(default_factory=dict)
-    paused_at: Sequence[int] = ()
-    resumes: int = 0
-
-    @property
-    def last_epoch(self) -> int:
-        return max(self.values) if self.values else 0
 
 
 class StudyPort(Protocol):

@@ -32,8 +32,9 @@ from typing import Any, Callable
 
 from hpsearch import keys
 from hpsearch.money.budget import Accountant, Admission
-from hpsearch.core.lifecycle import Event, Lifecycle, TrialRecord, TrialState
-from hpsearch.core.ports import EpochReport, Listener, Policy, Quiet, StudyPort, TrialHistory
+from hpsearch.core.lifecycle import Event, Lifecycle, TrialRecord
+from hpsearch.core.ports import EpochReport, Listener, Policy, Quiet, StudyPort
+from hpsearch.trials import TrialHistory, TrialState
 from hpsearch.pruning.decisions import Decision, StopRecord
 from hpsearch.errors import HpsearchError, RunAborted, RunFailed
 from hpsearch.core.failures import FailFast, Failure, Verdict

@@ -57,15 +57,15 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING, Protocol
 
-from hpsearch.core.lifecycle import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.predictor import FinalPredictor
+from hpsearch.trials import TrialState
 
 if TYPE_CHECKING:
     from typing import Any, Mapping, Sequence
 
     from hpsearch.money.budget import Accountant
-    from hpsearch.core.ports import TrialHistory
+    from hpsearch.trials import TrialHistory
 
 #: Epochs of the LCBench curves the schedules were measured on.
 REFERENCE_EPOCHS = 52

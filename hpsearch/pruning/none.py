@@ -9,8 +9,7 @@ from hpsearch.pruning.decisions import CONTINUE, Verdict
 if TYPE_CHECKING:
     from typing import Sequence
 
-    from hpsearch.core.lifecycle import TrialState
-    from hpsearch.core.ports import TrialHistory
+    from hpsearch.trials import TrialHistory, TrialState
 
 
 class NoPruning:

@@ -39,7 +39,7 @@ from hpsearch.money import catalog as catalog_mod
 from hpsearch.money import storage as storage_money
 from hpsearch import keys
 from hpsearch.report import gpuuse
-from hpsearch.core.lifecycle import TrialState
+from hpsearch.trials import TrialState
 from hpsearch.errors import ConfigError
 from hpsearch.spec.config import better, mode_sign
 from hpsearch.scalars import finite as _finite

@@ -23,7 +23,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
 from optuna.trial import FrozenTrial, TrialState
 
 from hpsearch import keys
-from hpsearch.core.lifecycle import TrialState as TState
+from hpsearch.trials import TrialState as TState
 from hpsearch.model.encoding import Dimension
 from hpsearch.model.freeze_thaw import FitState, Prior
 from hpsearch.model.planner import Planner

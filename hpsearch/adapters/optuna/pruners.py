@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from hpsearch.core.lifecycle import TrialState
-from hpsearch.core.ports import TrialHistory
+from hpsearch.trials import TrialHistory, TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict, stopped_at
 
 

@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpsearch import keys
-from hpsearch.core.lifecycle import TrialState as TState
+from hpsearch.trials import TrialState as TState
 
 if TYPE_CHECKING:
     from hpsearch.spec.config import Config

@@ -31,8 +31,8 @@ from hpsearch import keys
 from hpsearch.money import storage as storage_money
 from hpsearch.report import gpuuse
 from hpsearch.spec.config import Config
-from hpsearch.core.lifecycle import TrialState as TState
-from hpsearch.core.ports import EpochReport, TrialHistory
+from hpsearch.core.ports import EpochReport
+from hpsearch.trials import TrialHistory, TrialState as TState
 from hpsearch.errors import ConfigError
 from hpsearch.adapters.optuna.samplers import (accepting_experimental, curve_planner,
                                                curve_resume_chooser, make_sampler)
