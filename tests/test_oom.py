@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.recovery.oom import DEFAULT_LADDER, OomLadder
+from hpsearch.recovery.oom import OomLadder
+from hpsearch.spec.config import DEFAULT_OOM_LADDER
 
 
 def test_the_default_ladder_halves_twice_then_mixed_precision_then_checkpointing():
-    ladder = OomLadder(DEFAULT_LADDER, min_batch_size=8)
+    ladder = OomLadder(DEFAULT_OOM_LADDER, min_batch_size=8)
     assert ladder.climb(128, True) == "halve_batch: batch size 128 -> 64"
     assert ladder.params({"batch_size": 128, "lr": 0.1}) == {"batch_size": 64, "lr": 0.1}
     assert ladder.climb(64, True) == "halve_batch: batch size 64 -> 32"
@@ -21,7 +22,7 @@ def test_the_default_ladder_halves_twice_then_mixed_precision_then_checkpointing
 
 
 def test_rungs_that_cannot_apply_are_skipped_and_said():
-    ladder = OomLadder(DEFAULT_LADDER, min_batch_size=16)
+    ladder = OomLadder(DEFAULT_OOM_LADDER, min_batch_size=16)
     assert ladder.climb(24, False) == "mixed_precision: 16-bit mixed precision"
     assert ladder.climb(24, False) is None
     assert ladder.taken == [
@@ -56,4 +57,4 @@ def test_the_config_refuses_unknown_rungs_naming_the_field():
     with pytest.raises(ConfigError) as info:
         config.load(raw, {"oom.ladder": ["halve_batch", "shrink_model"]})
     assert info.value.field == "oom.ladder[1]" and "shrink_model" in str(info.value)
-    assert config.load(raw).oom.ladder == DEFAULT_LADDER
+    assert config.load(raw).oom.ladder == DEFAULT_OOM_LADDER

@@ -14,11 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-HALVE_BATCH = "halve_batch"
-MIXED_PRECISION = "mixed_precision"
-GRAD_CHECKPOINTING = "grad_checkpointing"
-STEPS = (HALVE_BATCH, MIXED_PRECISION, GRAD_CHECKPOINTING)
-DEFAULT_LADDER = (HALVE_BATCH, HALVE_BATCH, MIXED_PRECISION, GRAD_CHECKPOINTING)
+from hpsearch.spec.config import (DEFAULT_OOM_LADDER, GRAD_CHECKPOINTING, HALVE_BATCH,
+                                  MIXED_PRECISION)
 
 
 @dataclass
@@ -26,12 +23,13 @@ class OomLadder:
     """Where a trial stands on the ladder.
 
     Args:
-        steps: The rungs, in order (each one of :data:`STEPS`).
+        steps: The rungs, in order (each one of
+            :data:`hpsearch.spec.config.OOM_STEPS`, the names ``oom.ladder`` accepts).
         min_batch_size: ``halve_batch`` never goes below this.
         batch_param: The param holding the batch size (if the space has it).
     """
 
-    steps: tuple[str, ...] = DEFAULT_LADDER
+    steps: tuple[str, ...] = DEFAULT_OOM_LADDER
     min_batch_size: int = 8
     batch_param: str = "batch_size"
     batch_size: int | None = None  # the batch size now, once known

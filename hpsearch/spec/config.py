@@ -435,14 +435,20 @@ class Preemption:
     simulate: SimulatedPreemption = _section(SimulatedPreemption, "Simulated preemptions.")
 
 
-def _oom_steps(value: Any, path: str) -> tuple[str, ...]:
-    from hpsearch.recovery.oom import STEPS
+#: The rungs of ``oom.ladder`` (:class:`hpsearch.recovery.oom.OomLadder` climbs them).
+HALVE_BATCH = "halve_batch"
+MIXED_PRECISION = "mixed_precision"
+GRAD_CHECKPOINTING = "grad_checkpointing"
+OOM_STEPS = (HALVE_BATCH, MIXED_PRECISION, GRAD_CHECKPOINTING)
+DEFAULT_OOM_LADDER = (HALVE_BATCH, HALVE_BATCH, MIXED_PRECISION, GRAD_CHECKPOINTING)
 
+
+def _oom_steps(value: Any, path: str) -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise ConfigError(path, f"must be a list of {', '.join(STEPS)}", value)
+        raise ConfigError(path, f"must be a list of {', '.join(OOM_STEPS)}", value)
     for i, step in enumerate(value):
-        if step not in STEPS:
-            raise ConfigError(f"{path}[{i}]", f"must be one of {', '.join(STEPS)}", step)
+        if step not in OOM_STEPS:
+            raise ConfigError(f"{path}[{i}]", f"must be one of {', '.join(OOM_STEPS)}", step)
     return tuple(value)
 
 
@@ -454,7 +460,7 @@ class Oom:
         _oom_steps,
         "Rungs climbed one per OOM, resuming from the checkpoint: `halve_batch`, "
         "`mixed_precision`, `grad_checkpointing` (where the model supports it).",
-        ("halve_batch", "halve_batch", "mixed_precision", "grad_checkpointing"),
+        DEFAULT_OOM_LADDER,
     )
     min_batch_size: int = _key(_int(1), "`halve_batch` never goes below this.", 8)
     batch_size_param: str = _key(
