@@ -264,10 +264,11 @@ def test_the_readmes_refusal_line_is_the_one_the_run_prints():
     from hpsearch.adapters.ray.storage import refusal
     from hpsearch.errors import ConfigError
     from hpsearch.recovery import storage
+    from hpsearch.spec.storage_url import FIELD
 
     node = "3f5c9a1e" + "0" * 48
     why = storage.check_token(str(REPO / "no-such-folder"), "probe", "token")
-    line = "hpsearch: error: " + str(ConfigError(storage.FIELD, refusal(
+    line = "hpsearch: error: " + str(ConfigError(FIELD, refusal(
         "/runs/x/checkpoints", True, {node: why},
         [{"NodeID": node, "NodeManagerAddress": "10.0.1.23"}])))
     readme = (REPO / "README.md").read_text()

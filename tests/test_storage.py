@@ -1,5 +1,6 @@
-"""hpsearch.recovery.storage: checkpoint.storage values, and the checkpoint store on a
-real S3 API (moto's standalone server on 127.0.0.1, started by the test)."""
+"""checkpoint.storage values (hpsearch.spec.storage_url), and the checkpoint store
+(hpsearch.recovery.storage) on a real S3 API (moto's standalone server on 127.0.0.1,
+started by the test)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from hpsearch.errors import ConfigError
 from hpsearch.recovery import storage
 from hpsearch.recovery.checkpoint import CheckpointStore
+from hpsearch.spec.storage_url import parse_url
 
 from .s3server import S3Server
 
@@ -27,7 +29,7 @@ from .s3server import S3Server
      "s3://bucket/p?endpoint_override=http://127.0.0.1:9000"),
 ])
 def test_storage_values_that_are_accepted(value, expected):
-    assert storage.parse_url(value) == expected
+    assert parse_url(value) == expected
 
 
 @pytest.mark.parametrize("value, words", [
@@ -43,7 +45,7 @@ def test_storage_values_that_are_accepted(value, expected):
 ])
 def test_storage_values_that_are_refused(value, words):
     with pytest.raises(ConfigError) as info:
-        storage.parse_url(value)
+        parse_url(value)
     text = str(info.value)
     assert text.startswith("checkpoint.storage: ") and words in text, text
     assert "secret" not in text

@@ -4,13 +4,14 @@ Pure module: no Ray, torch, Lightning or Optuna. ``pyarrow`` (and ``fsspec`` for
 schemes pyarrow does not speak) are imported inside the functions that open a storage,
 so validating a config stays fast.
 
-* :func:`parse_url` checks a ``checkpoint.storage`` value without touching the network:
-  an absolute path (a disk every node mounts, e.g. NFS), ``file:///abs/path``, or a URL
-  whose scheme ``pyarrow.fs`` (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``) or fsspec
-  (``az://``, ``oss://``, ...) resolves. A URL with credentials in it is refused: they
-  would end up in the study, the logs and every trial's config; credentials and
-  endpoints come from the standard environment of each node instead
-  (``AWS_ACCESS_KEY_ID``, an instance profile, ``GOOGLE_APPLICATION_CREDENTIALS``, ...).
+* A ``checkpoint.storage`` value is checked, without touching the network, by the
+  config (:func:`hpsearch.spec.storage_url.parse_url`): an absolute path (a disk every
+  node mounts, e.g. NFS), ``file:///abs/path``, or a URL whose scheme ``pyarrow.fs``
+  (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``) or fsspec (``az://``, ``oss://``, ...)
+  resolves. A URL with credentials in it is refused: they would end up in the study,
+  the logs and every trial's config; credentials and endpoints come from the standard
+  environment of each node instead (``AWS_ACCESS_KEY_ID``, an instance profile,
+  ``GOOGLE_APPLICATION_CREDENTIALS``, ...).
 * :func:`open_location` turns it into a :class:`Location`: a ``pyarrow.fs`` filesystem
   and a path in it. For ``s3://``, ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (the
   variables boto3 and the AWS CLI read, which pyarrow does not) set the endpoint of an
@@ -35,21 +36,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from hpsearch.errors import ConfigError, HpsearchError
+from hpsearch.errors import HpsearchError
+from hpsearch.spec.storage_url import PYARROW_SCHEMES, url_scheme
 
-FIELD = "checkpoint.storage"
-#: Schemes ``pyarrow.fs.FileSystem.from_uri`` resolves itself.
-PYARROW_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs", "file")
-#: Schemes fsspec knows that cannot hold checkpoints every node shares.
-USELESS_SCHEMES = {
-    "memory": "each process has its own memory filesystem, so no other node (nor a "
-              "restarted trial) would see a checkpoint",
-    "http": "HTTP is read-only", "https": "HTTPS is read-only",
-    "data": "it is not a storage", "zip": "archives are read-only",
-    "tar": "archives are read-only", "libarchive": "archives are read-only",
-    "github": "it is read-only", "gist": "it is read-only", "git": "it is read-only",
-    "reference": "it is read-only",
-}
 #: S3's environment variables for an endpoint (boto3's names; pyarrow reads none).
 ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 #: pyarrow's S3 output streams upload in parts of this size past it (an estimate of
@@ -60,75 +49,14 @@ CHUNK = 8 * 2**20
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 
 
-def _scheme(value: str) -> str | None:
-    if "://" not in value:
-        return None
-    return value.split("://", 1)[0].lower()
-
-
-def parse_url(value: Any, path: str = FIELD) -> str:
-    """Check a ``checkpoint.storage`` value; return it normalised (no trailing ``/``).
-
-    Raises:
-        ConfigError: Not a string, a relative path, an unknown or useless scheme, a
-            bucket missing, or credentials in the URL.
-    """
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(path, "must be a storage URL (s3://bucket/prefix) or an absolute "
-                                "path", value)
-    text = value.strip()
-    scheme = _scheme(text)
-    if scheme is None:
-        if not text.startswith("/"):
-            raise ConfigError(path, "a path must be absolute (every node resolves it the "
-                                    "same way), or use a URL such as s3://bucket/prefix",
-                              value)
-        return text.rstrip("/") or "/"
-    parts = urlsplit(text)
-    if parts.password or ("@" in parts.netloc and scheme in ("s3", "gs", "gcs")):
-        raise ConfigError(path, "credentials do not belong in the URL (it is written to the "
-                                "study and the logs): give them in the environment of each "
-                                "node (e.g. AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, an "
-                                "instance profile, GOOGLE_APPLICATION_CREDENTIALS)",
-                          _without_secrets(text))
-    if scheme in USELESS_SCHEMES:
-        raise ConfigError(path, f"{scheme}:// cannot hold checkpoints: "
-                                f"{USELESS_SCHEMES[scheme]}", value)
-    if scheme == "file":
-        if not parts.path.startswith("/") or parts.netloc not in ("", "localhost"):
-            raise ConfigError(path, "a file:// URL needs an absolute path (file:///abs/path)",
-                              value)
-    elif scheme not in PYARROW_SCHEMES and scheme not in _fsspec_schemes():
-        raise ConfigError(path, f"unknown storage scheme '{scheme}': use s3://, gs://, "
-                                f"abfs://, hdfs://, file:// or an absolute path (or a "
-                                f"scheme fsspec knows)", value)
-    if scheme in ("s3", "gs", "gcs") and not parts.netloc:
-        raise ConfigError(path, f"{scheme}:// needs a bucket ({scheme}://bucket/prefix)", value)
-    return text.rstrip("/")
-
-
-def _fsspec_schemes() -> frozenset[str]:
-    try:
-        from fsspec.registry import known_implementations
-    except ImportError:
-        return frozenset()
-    return frozenset(known_implementations)
-
-
-def _without_secrets(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, "", ""))
-
-
 def is_local(value: str) -> bool:
     """Whether a storage value names this machine's filesystem (a path or file://)."""
-    return _scheme(value) in (None, "file")
+    return url_scheme(value) in (None, "file")
 
 
 def local_path(value: str) -> Path | None:
     """The local path of a path or ``file://`` URL; None for any other URL."""
-    scheme = _scheme(value)
+    scheme = url_scheme(value)
     if scheme is None:
         return Path(value)
     if scheme == "file":
@@ -138,7 +66,7 @@ def local_path(value: str) -> Path | None:
 
 def join_url(base: str, *names: str) -> str:
     """``base`` with ``names`` appended to its path (its query kept)."""
-    if _scheme(base) is None:
+    if url_scheme(base) is None:
         return str(Path(base, *names))
     parts = urlsplit(base)
     path = "/".join([parts.path.rstrip("/"), *names])
@@ -147,7 +75,7 @@ def join_url(base: str, *names: str) -> str:
 
 def shown(value: str) -> str:
     """A storage value as printed: the query (endpoint options) left out."""
-    if _scheme(value) is None:
+    if url_scheme(value) is None:
         return value
     parts = urlsplit(value)
     return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
@@ -198,7 +126,8 @@ def _with_endpoint(url: str) -> str:
 
 
 def open_location(value: str) -> Location:
-    """Open a storage value (see :func:`parse_url`) as a :class:`Location`.
+    """Open a storage value (see :func:`hpsearch.spec.storage_url.parse_url`) as a
+    :class:`Location`.
 
     Nothing is read or written. Raises OSError or ValueError (from pyarrow or fsspec)
     when the filesystem cannot be built here (a missing package or library, a bad
@@ -207,10 +136,10 @@ def open_location(value: str) -> Location:
     path = local_path(value)
     if path is not None:
         return Location(value, None, str(path.absolute()))
-    url = _with_endpoint(value) if _scheme(value) == "s3" else value
+    url = _with_endpoint(value) if url_scheme(value) == "s3" else value
     from pyarrow import fs as pafs
 
-    if _scheme(value) in PYARROW_SCHEMES:
+    if url_scheme(value) in PYARROW_SCHEMES:
         filesystem, inner = pafs.FileSystem.from_uri(url)
         return Location(value, filesystem, inner.rstrip("/"))
     import fsspec

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 from hpsearch.errors import ConfigError
 from hpsearch.scalars import parse_bool, parse_float_value, parse_int_value
 from hpsearch.spec.space import Space, parse_space
+from hpsearch.spec.storage_url import parse_url
 
 Parser = Callable[[Any, str], Any]
 
@@ -339,12 +340,6 @@ class Budget:
     )
 
 
-def _storage_url(value: Any, path: str) -> str:
-    from hpsearch.recovery.storage import parse_url
-
-    return parse_url(value, path)
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     """How trials keep their progress."""
@@ -357,7 +352,7 @@ class Checkpoint:
     )
     keep_last: int = _key(_int(1), "Newest checkpoints kept per trial (the best is kept too).", 2)
     storage: str | None = _key(
-        _optional(_storage_url),
+        _optional(parse_url),
         "Where checkpoints go: `s3://bucket/prefix`, `gs://...`, `abfs://...`, "
         "`file:///path` or an absolute path every node mounts (any URL `pyarrow.fs` or "
         "fsspec resolves; credentials and endpoint from each node's environment, e.g. "
