@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.predictor import FinalPredictor
+from hpsearch.spec.config import COST_AWARE_FINISH_SHARE, mode_sign
 from hpsearch.trials import TrialState
 
 if TYPE_CHECKING:
@@ -93,8 +94,10 @@ SLOPE_EPOCHS = 3
 #: pass its close neighbours, never jump the field.
 BONUS_CAP = 0.5
 #: No stop once the epochs left are at most this share of a trial: finishing costs less
-#: than the evidence that it should not.
-FINISH_SHARE = 0.1
+#: than the evidence that it should not. The config's value, which it checks max_epochs
+#: against (a search that could never stop a trial is refused); named here like the
+#: other constants, so the sensitivity benchmark varies it the same way.
+FINISH_SHARE = COST_AWARE_FINISH_SHARE
 #: Fewest trials seen at an epoch before ranks there stop anyone (4 lets the first
 #: trials of a 4-worker search judge each other instead of all running to the end).
 MIN_PEERS = 4
@@ -204,11 +207,7 @@ class Board:
     _spreads: dict[int, tuple[int, float]] = field(default_factory=dict, repr=False)
 
     def sign(self) -> float:
-        # spec.config.mode_sign's arithmetic; importing it would close an import cycle
-        # (the config checks max_epochs against FINISH_SHARE, here).
-        if self.mode not in ("max", "min"):
-            raise ValueError(f"mode: must be max or min (got {self.mode!r})")
-        return 1.0 if self.mode == "max" else -1.0
+        return mode_sign(self.mode)
 
     def add(self, trial: int, epoch: int, value: float) -> None:
         """Record ``trial``'s metric after ``epoch`` (repeats keep the first value)."""

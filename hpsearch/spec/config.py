@@ -232,6 +232,14 @@ class Resources:
         return int(self.gpu) if self.gpu >= 1 else 1
 
 
+#: ``cost_aware`` makes no decision once the epochs left are at most this share of
+#: max_epochs (finishing them costs less than the evidence that it should not). Part of
+#: what ``pruning.policy: cost_aware`` means, so the config owns it: it refuses a
+#: cost_aware search that could never stop a trial against it, and the policy
+#: (:data:`hpsearch.pruning.cost_aware.FINISH_SHARE`) applies it.
+COST_AWARE_FINISH_SHARE = 0.1
+
+
 @dataclass(frozen=True)
 class Pruning:
     """Early stopping of unpromising trials."""
@@ -874,12 +882,11 @@ def _check_pruning(config: Config) -> None:
             pruning.min_epochs,
         )
     if pruning.policy == "cost_aware":
-        from hpsearch.pruning.cost_aware import FINISH_SHARE
-
-        # cost_aware decides from epoch max(2, min_epochs) while more than FINISH_SHARE
-        # of the epochs remain (the last of them are cheap to finish).
-        last = epochs - math.floor(FINISH_SHARE * epochs) - 1
-        share = f"{FINISH_SHARE:.0%}"
+        # cost_aware decides from epoch max(2, min_epochs) while more than
+        # COST_AWARE_FINISH_SHARE of the epochs remain (the last of them are cheap to
+        # finish).
+        last = epochs - math.floor(COST_AWARE_FINISH_SHARE * epochs) - 1
+        share = f"{COST_AWARE_FINISH_SHARE:.0%}"
         if last < 2:
             raise ConfigError(
                 "max_epochs", f"is too few for pruning.policy cost_aware, which decides from "
