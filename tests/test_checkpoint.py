@@ -17,7 +17,8 @@ import pytest
 
 from hpsearch.money import storage as storage_money
 from hpsearch.recovery import storage
-from hpsearch.recovery.checkpoint import CORRUPT_PREFIX, CheckpointStore, young_daly_epochs
+from hpsearch.recovery.checkpoint import CheckpointStore, young_daly_epochs
+from hpsearch.recovery.checkpoint_layout import CORRUPT_PREFIX
 
 
 class Clock:

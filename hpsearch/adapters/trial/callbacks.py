@@ -28,7 +28,8 @@ from hpsearch import keys
 from hpsearch.errors import TrialSetupError
 from hpsearch.money import storage as storage_money
 from hpsearch.money.runtime import epoch_estimate
-from hpsearch.recovery.checkpoint import CheckpointStore, Entry, young_daly_epochs
+from hpsearch.recovery.checkpoint import CheckpointStore, young_daly_epochs
+from hpsearch.recovery.checkpoint_layout import Entry
 from hpsearch.recovery.preemption import Notice
 from hpsearch.report import gpuuse
 

@@ -41,7 +41,8 @@ from hpsearch.adapters.trial.callbacks import CHECKPOINT_FILE
 from hpsearch.adapters.trial.ddp import EXIT_RANK_OOM, Ranks
 from hpsearch.errors import HpsearchError, TrialSetupError
 from hpsearch.recovery import storage
-from hpsearch.recovery.checkpoint import CheckpointStore, Entry
+from hpsearch.recovery.checkpoint import CheckpointStore
+from hpsearch.recovery.checkpoint_layout import Entry
 from hpsearch.recovery.oom import OomLadder
 from hpsearch.recovery.preemption import Notice, NoticePoller, watch_sigterm
 
