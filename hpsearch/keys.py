@@ -28,7 +28,8 @@ HISTORY = "hps_history"  #: [[epoch, objective], ...] restored from a checkpoint
 #: [[checkpoint, reason], ...]: checkpoints set aside (corrupt, or not loadable as data)
 #: before this process resumed from an older one (its first result only)
 CHECKPOINTS_REJECTED = "hps_checkpoints_rejected"
-# What this process's checkpoints cost so far (hpsearch.money.storage.CheckpointUse).
+# What this process's checkpoints used so far
+# (hpsearch.recovery.checkpoint_usage.CheckpointUse).
 CKPT_COUNT = "hps_ckpt_count"  #: checkpoints written
 CKPT_BYTES = "hps_ckpt_bytes"  #: bytes written (files and manifests)
 CKPT_S = "hps_ckpt_s"  #: seconds spent checkpointing (write, hash, upload, manifest)

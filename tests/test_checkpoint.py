@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.money import storage as storage_money
-from hpsearch.recovery import storage
+from hpsearch.recovery import checkpoint_usage, storage
 from hpsearch.recovery.checkpoint import CheckpointStore, young_daly_epochs
 from hpsearch.recovery.checkpoint_layout import CORRUPT_PREFIX
 
@@ -278,7 +277,7 @@ def test_usage_counts_bytes_seconds_requests_and_bytes_held(kind, tmp_path):
         assert (use.writes, use.reads) == (0, 0)  # a disk bills no requests
     # The tally is the record the trial reports (hps_ckpt_*), and a snapshot: a later
     # save changes the store's next one, not this.
-    assert storage_money.from_result(storage_money.to_result(use)) == use
+    assert checkpoint_usage.from_result(checkpoint_usage.to_result(use)) == use
     store.save(3, write)
     assert use.checkpoints == 2 and store.usage().checkpoints == 3
 

@@ -6,6 +6,7 @@ import pytest
 
 from hpsearch import keys
 from hpsearch.money import storage as sm
+from hpsearch.recovery import checkpoint_usage
 from hpsearch.report import report, writers
 
 from .test_report import record, study_info
@@ -20,8 +21,8 @@ def with_storage(row: str | None):
 
 
 def use_attrs(count, written, seconds, writes, reads, stored, byte_s):
-    return sm.to_attrs(sm.CheckpointUse(count, written, seconds, writes, reads, stored,
-                                        byte_s))
+    return checkpoint_usage.to_attrs(checkpoint_usage.CheckpointUse(
+        count, written, seconds, writes, reads, stored, byte_s))
 
 
 def test_the_report_prices_each_trials_checkpoints_at_the_studys_storage():

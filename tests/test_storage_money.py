@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch import keys
 from hpsearch.errors import ConfigError
 from hpsearch.money import storage as sm
+from hpsearch.recovery.checkpoint_usage import CheckpointUse
 
 
 def test_the_packaged_price_list_has_a_local_row_of_zero_and_sources():
@@ -45,24 +45,11 @@ def test_a_bad_price_list_is_refused():
         sm.parse(f"{header}\nx,y,object,USD,-1,0,0,,src,2026-11\n", "mine.csv")
 
 
-def test_attempts_add_up_and_the_latest_holds_the_bytes():
-    first = sm.CheckpointUse(3, 3000, 1.5, 10, 2, 2000, 100.0)
-    second = sm.CheckpointUse(2, 2000, 1.0, 7, 3, 1500, 50.0)
-    both = sm.combine([first, second])
-    assert both == sm.CheckpointUse(5, 5000, 2.5, 17, 5, 1500, 150.0)
-    assert sm.from_attrs(sm.to_attrs(both)) == both
-    result = sm.to_result(first)
-    assert set(result) == {keys.CKPT_COUNT, keys.CKPT_BYTES, keys.CKPT_S, keys.CKPT_WRITES,
-                           keys.CKPT_READS, keys.CKPT_STORED_BYTES, keys.CKPT_BYTE_S}
-    assert sm.from_result(result) == first
-    assert sm.from_result({}) is None and sm.combine([]) == sm.CheckpointUse()
-
-
 def test_storage_money():
     s3 = sm.packaged()["aws:s3-standard"]
     # 2000 writes, 1000 reads; 10 GB held for a month; 5 GB held now.
-    use = sm.CheckpointUse(writes=2000, reads=1000, byte_s=10e9 * sm.MONTH_S,
-                           stored_bytes=5_000_000_000)
+    use = CheckpointUse(writes=2000, reads=1000, byte_s=10e9 * sm.MONTH_S,
+                        stored_bytes=5_000_000_000)
     cost = sm.storage_cost(use, s3)
     assert cost.requests == pytest.approx(2 * 0.005 + 0.0004)
     assert cost.storage == pytest.approx(10 * 0.023)

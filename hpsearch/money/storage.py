@@ -5,10 +5,9 @@ GB-month and per request; a node's own disk costs nothing beyond its instance (a
 vanishes with it). ``hpsearch/data/storage.csv`` (schema 1, its own file beside the
 compute catalogue) has one row per service with its currency, source and snapshot date.
 
-Each trial process reports what its checkpoints cost it so far (:class:`CheckpointUse`,
-the ``hps_ckpt_*`` result keys); a restarted trial is a new process whose figures start
-from zero, so the driver keeps each attempt's latest figures and :func:`combine` adds
-them up (the bytes held now are the latest attempt's). The money (:func:`storage_cost`):
+What a trial's checkpoints used is recovery's record
+(:class:`hpsearch.recovery.checkpoint_usage.CheckpointUse`: one per attempt, combined per
+trial); this module prices it (:func:`storage_cost`):
 
 * requests: write-class (PUT, POST, COPY, LIST) and read-class (GET, HEAD) requests
   times the row's price per 1000;
@@ -25,11 +24,10 @@ import csv
 import difflib
 from dataclasses import asdict, dataclass
 from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
-from hpsearch import keys
 from hpsearch.errors import ConfigError
-from hpsearch.scalars import finite
+from hpsearch.recovery.checkpoint_usage import CheckpointUse
 
 SCHEMA_VERSION = 1
 COLUMNS = ("provider", "service", "kind", "currency", "per_gb_month", "per_1k_writes",
@@ -155,84 +153,6 @@ def resolve(name: str | None, storage_url: str | None,
     hint = f"; did you mean {', '.join(close)}?" if close else (
         f"; rows: {', '.join(sorted(rows))}")
     raise ConfigError(FIELD, f"no such row in the storage price list{hint}", key)
-
-
-@dataclass(frozen=True)
-class CheckpointUse:
-    """What a trial's checkpoints cost (one attempt's, or all its attempts' combined).
-
-    One attempt's is its store's running tally
-    (:meth:`hpsearch.recovery.checkpoint.CheckpointStore.usage`).
-
-    Attributes:
-        checkpoints: Checkpoints written.
-        bytes_written: Bytes uploaded or written (files and manifests).
-        seconds: Seconds spent checkpointing: write, hash, upload, manifest, prune
-            (billed trial time).
-        writes: Write-class requests (PUT, POST, COPY, LIST) to an object store.
-        reads: Read-class requests (GET, HEAD).
-        stored_bytes: Bytes its checkpoints hold now.
-        byte_s: Bytes held times seconds while it ran.
-    """
-
-    checkpoints: int = 0
-    bytes_written: int = 0
-    seconds: float = 0.0
-    writes: int = 0
-    reads: int = 0
-    stored_bytes: int = 0
-    byte_s: float = 0.0
-
-
-_RESULT_KEYS = (keys.CKPT_COUNT, keys.CKPT_BYTES, keys.CKPT_S, keys.CKPT_WRITES,
-                keys.CKPT_READS, keys.CKPT_STORED_BYTES, keys.CKPT_BYTE_S)
-_ATTR_KEYS = (keys.ATTR_CKPT_COUNT, keys.ATTR_CKPT_BYTES, keys.ATTR_CKPT_S,
-              keys.ATTR_CKPT_WRITES, keys.ATTR_CKPT_READS, keys.ATTR_CKPT_STORED_BYTES,
-              keys.ATTR_CKPT_BYTE_S)
-_FIELDS = ("checkpoints", "bytes_written", "seconds", "writes", "reads", "stored_bytes",
-           "byte_s")
-_INTS = ("checkpoints", "bytes_written", "writes", "reads", "stored_bytes")
-
-
-def _read(values: Mapping[str, Any], names: tuple[str, ...]) -> CheckpointUse | None:
-    if not any(n in values for n in names):
-        return None
-    got = {}
-    for field, name in zip(_FIELDS, names):
-        value = finite(values.get(name)) or 0.0
-        got[field] = int(value) if field in _INTS else float(value)
-    return CheckpointUse(**got)
-
-
-def _write(use: CheckpointUse, names: tuple[str, ...]) -> dict[str, float]:
-    return {name: getattr(use, field) for field, name in zip(_FIELDS, names)}
-
-
-def from_result(result: Mapping[str, Any]) -> CheckpointUse | None:
-    """The :class:`CheckpointUse` a trial result carries (``hps_ckpt_*``), or None."""
-    return _read(result, _RESULT_KEYS)
-
-
-def to_result(use: CheckpointUse) -> dict[str, float]:
-    return _write(use, _RESULT_KEYS)
-
-
-def from_attrs(attrs: Mapping[str, Any]) -> CheckpointUse | None:
-    """A trial's combined :class:`CheckpointUse` from its Optuna attributes, or None."""
-    return _read(attrs, _ATTR_KEYS)
-
-
-def to_attrs(use: CheckpointUse) -> dict[str, float]:
-    return _write(use, _ATTR_KEYS)
-
-
-def combine(uses: Iterable[CheckpointUse]) -> CheckpointUse:
-    """All attempts of a trial: sums, and the bytes held now of the latest (last) one."""
-    uses = list(uses)
-    if not uses:
-        return CheckpointUse()
-    total = {f: sum(getattr(u, f) for u in uses) for f in _FIELDS if f != "stored_bytes"}
-    return CheckpointUse(**total, stored_bytes=uses[-1].stored_bytes)
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from hpsearch.money.storage import CheckpointUse
 from hpsearch.recovery import storage
 from hpsearch.recovery.checkpoint_layout import Entry, read_json, scan
 from hpsearch.recovery.checkpoint_load import Loader, Rejected
 from hpsearch.recovery.checkpoint_retention import Retention
-from hpsearch.recovery.checkpoint_usage import UsageTally
+from hpsearch.recovery.checkpoint_usage import CheckpointUse, UsageTally
 from hpsearch.recovery.checkpoint_write import write_checkpoint
 
 

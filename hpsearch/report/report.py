@@ -38,6 +38,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 from hpsearch.money import catalog as catalog_mod
 from hpsearch.money import storage as storage_money
 from hpsearch import keys
+from hpsearch.recovery import checkpoint_usage
 from hpsearch.report import gpuuse
 from hpsearch.trials import TrialState
 from hpsearch.errors import ConfigError
@@ -881,7 +882,7 @@ def _storage_money(rows: list[dict[str, Any]], records: Iterable[Mapping[str, An
     :mod:`hpsearch.money.storage`). Money is None without a recorded storage price."""
     attrs = study.get("user_attrs") or {}
     price = storage_money.StoragePrice.from_dict(attrs.get(keys.ATTR_STORAGE_PRICE) or {})
-    by_number = {int(r["number"]): storage_money.from_attrs(r.get("user_attrs") or {})
+    by_number = {int(r["number"]): checkpoint_usage.from_attrs(r.get("user_attrs") or {})
                  for r in records}
     total = requests = kept = 0.0
     for row in rows:

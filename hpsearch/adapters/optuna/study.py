@@ -28,7 +28,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpsearch import keys
-from hpsearch.money import storage as storage_money
+from hpsearch.recovery import checkpoint_usage
 from hpsearch.report import gpuuse
 from hpsearch.spec.config import Config
 from hpsearch.core.ports import EpochReport
@@ -158,7 +158,7 @@ class _Handle:
     gpu_ids: str | None = None
     gpu_uses: dict[str, gpuuse.GpuUse] = field(default_factory=dict)
     #: Each attempt's checkpoint figures ("earlier": those of earlier sessions).
-    ckpt_uses: dict[str, storage_money.CheckpointUse] = field(default_factory=dict)
+    ckpt_uses: dict[str, checkpoint_usage.CheckpointUse] = field(default_factory=dict)
 
 
 #: How each lifecycle state that ends a trial is told to Optuna. BUDGET_STOPPED is not
@@ -256,7 +256,7 @@ class StudyRecorder:
                 earlier = gpuuse.from_attrs(attrs)
                 if earlier is not None:  # the GPU figures of its earlier attempts
                     handle.gpu_uses["earlier"] = earlier
-                saved = storage_money.from_attrs(attrs)
+                saved = checkpoint_usage.from_attrs(attrs)
                 if saved is not None:  # what its earlier attempts' checkpoints cost
                     handle.ckpt_uses["earlier"] = saved
             seed = int(frozen.user_attrs.get(keys.ATTR_SEED,
@@ -309,13 +309,13 @@ class StudyRecorder:
             # those of every attempt combined.
             handle.gpu_uses[str(result.get(keys.ATTEMPT, ""))] = use
             attrs.update(gpuuse.to_attrs(gpuuse.combine(handle.gpu_uses.values())))
-        ckpt = storage_money.from_result(result)
+        ckpt = checkpoint_usage.from_result(result)
         if ckpt is not None:
             attempt = str(result.get(keys.ATTEMPT, ""))
             handle.ckpt_uses.pop(attempt, None)  # keeps the latest attempt last
             handle.ckpt_uses[attempt] = ckpt
-            attrs.update(storage_money.to_attrs(
-                storage_money.combine(handle.ckpt_uses.values())))
+            attrs.update(checkpoint_usage.to_attrs(
+                checkpoint_usage.combine(handle.ckpt_uses.values())))
         if report.node and (not handle.nodes or handle.nodes[-1] != report.node):
             handle.nodes.append(report.node)
             attrs[keys.ATTR_NODE] = report.node

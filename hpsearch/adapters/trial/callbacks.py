@@ -26,10 +26,10 @@ from typing import Any, Callable
 
 from hpsearch import keys
 from hpsearch.errors import TrialSetupError
-from hpsearch.money import storage as storage_money
 from hpsearch.money.runtime import epoch_estimate
 from hpsearch.recovery.checkpoint import CheckpointStore, young_daly_epochs
 from hpsearch.recovery.checkpoint_layout import Entry
+from hpsearch.recovery import checkpoint_usage
 from hpsearch.recovery.preemption import Notice
 from hpsearch.report import gpuuse
 
@@ -290,7 +290,7 @@ class EpochReporter:
         """What this process's checkpoints cost so far (the ``hps_ckpt_*`` keys)."""
         if self.store is None:
             return {}
-        figures = storage_money.to_result(self.store.usage())
+        figures = checkpoint_usage.to_result(self.store.usage())
         if self.every is not None:
             figures[keys.CKPT_EVERY] = self.every
         return figures
