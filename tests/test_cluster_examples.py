@@ -257,10 +257,10 @@ def test_the_space_places_and_prices_trials_on_each_clusters_nodes(cluster):
         assert price.instance_per_hour == offer.instance_price_per_hour(kind.spot)
 
 
-# -- the README's account ---------------------------------------------------------------
+# -- the docs' account -----------------------------------------------------------------
 
 
-def test_the_readmes_refusal_line_is_the_one_the_run_prints():
+def test_the_docs_refusal_line_is_the_one_the_run_prints():
     from hpsearch.adapters.ray.storage import refusal
     from hpsearch.errors import ConfigError
     from hpsearch.recovery import storage
@@ -271,7 +271,10 @@ def test_the_readmes_refusal_line_is_the_one_the_run_prints():
     line = "hpsearch: error: " + str(ConfigError(FIELD, refusal(
         "/runs/x/checkpoints", True, {node: why},
         [{"NodeID": node, "NodeManagerAddress": "10.0.1.23"}])))
-    readme = (REPO / "README.md").read_text()
-    assert line in readme
-    assert "## Clusters without a shared disk: checkpoints on object storage\n" in readme
-    assert readme.count("(#clusters-without-a-shared-disk-checkpoints-on-object-storage)") >= 2
+    clusters = (REPO / "docs" / "clusters.md").read_text()
+    assert line in clusters
+    assert "## Clusters without a shared disk: checkpoints on object storage\n" in clusters
+    # The key reference and the spot section send readers there.
+    for page in ("reference.md", "reliability.md"):
+        assert ("(clusters.md#clusters-without-a-shared-disk-checkpoints-on-object-storage)"
+                in (REPO / "docs" / page).read_text()), page

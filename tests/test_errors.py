@@ -110,14 +110,14 @@ def test_an_error_raised_and_caught_round_trips_with_its_cause_text():
     assert str(back) == "search.n_trials: must be >= 1 (got 0)"
 
 
-def test_exit_codes_match_the_readme_and_the_cli():
+def test_exit_codes_match_the_reference_and_the_cli():
     import re
     from pathlib import Path
 
     from hpsearch import cli, errors
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", readme, re.M))
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text()
+    rows = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", reference, re.M))
     assert set(rows) == {"0", "1", "2", "75", "130", "143"}
     assert "fail_fast" in rows["1"] and "no trial of the session completed" in rows["1"]
     assert "contract" in rows["2"] and "bad input" in rows["2"]
@@ -133,14 +133,14 @@ def test_exit_codes_match_the_readme_and_the_cli():
     assert "exit codes: 0 done" in cli.DESCRIPTION
 
 
-def test_the_readme_gives_fail_fasts_default():
+def test_the_reference_gives_fail_fasts_default():
     import re
     from pathlib import Path
 
     from hpsearch.spec.config import reference_keys
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    (row,) = re.findall(r"^\| `search\.fail_fast` \| (\w+) \| (.+) \|$", readme, re.M)
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text()
+    (row,) = re.findall(r"^\| `search\.fail_fast` \| (\w+) \| (.+) \|$", reference, re.M)
     default = dict((k, d) for k, d, _ in reference_keys())["search.fail_fast"]
     assert row[0] == default == "3"
     assert "`0` = never" in row[1] and "code 1" in row[1]

@@ -195,7 +195,7 @@ def _shape_error(returned) -> str:
     assert "(LightningModule, LightningDataModule)" in message
     assert "(LightningModule, train DataLoader, val DataLoader)" in message
     assert "a LightningModule that defines train_dataloader" in message
-    assert message.endswith("(see README, 'Writing a trainable')")
+    assert message.endswith("(see docs/reference.md, 'Writing a trainable')")
     return message
 
 

@@ -57,8 +57,8 @@ EXTRA_SAFE_GLOBALS: tuple = ()
 RESUME_KEYS = ("pytorch-lightning_version", "epoch", "global_step", "state_dict",
                "loops", "callbacks", "optimizer_states", "lr_schedulers")
 
-#: Where the README explains the data shapes.
-README_SECTION = "README, 'Writing a trainable'"
+#: Where the docs explain the data shapes.
+DOCS_SECTION = "docs/reference.md, 'Writing a trainable'"
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def _accepted() -> str:
 
 def _refuse(obj: Any, detail: str | None = None) -> ShapeError:
     got = detail or _describe(obj)
-    return ShapeError(f"must return {_accepted()}; got {got} (see {README_SECTION})")
+    return ShapeError(f"must return {_accepted()}; got {got} (see {DOCS_SECTION})")
 
 
 def _is_loader(obj: Any) -> bool:
@@ -261,7 +261,7 @@ def interpret(built: Any) -> Built:
 
     Raises:
         ShapeError: It is none of :class:`DataShape`'s shapes: the message names the
-            type and length of what came back, what is accepted, and the README section.
+            type and length of what came back, what is accepted, and the docs section.
     """
     if not isinstance(built, (tuple, list)):
         api = flavour_of(built)
