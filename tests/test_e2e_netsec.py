@@ -6,9 +6,9 @@
 - A SIGKILLed driver's Ray processes end within seconds (Ray's agents alone linger about a
   minute), and ``resume`` right after it, with the dying cluster named as Ray's current
   one, starts a Ray of its own and completes every trial.
-- The README's cluster steps with Ray 2.60's token authentication (``ray start --head``, a
-  worker given the head's token, ``hpsearch run --set cluster.address=auto``), in a
-  network namespace of the test's own so that no address but loopback exists.
+- docs/clusters.md's cluster steps with Ray 2.60's token authentication (``ray start
+  --head``, a worker given the head's token, ``hpsearch run --set cluster.address=auto``),
+  in a network namespace of the test's own so that no address but loopback exists.
 
 Only 127.0.0.1 is ever connected to.
 """
@@ -342,7 +342,7 @@ def test_a_killed_drivers_ray_ends_with_it_and_resume_completes_at_once(in_tmp, 
     assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
 
 
-#: Run inside ``unshare -n`` (a network namespace with loopback only): the README's
+#: Run inside ``unshare -n`` (a network namespace with loopback only): docs/clusters.md's
 #: cluster steps with Ray 2.60's token authentication, two Ray nodes on one machine.
 CLUSTER_SCRIPT = r'''
 import json, os, shutil, subprocess, sys, time
@@ -366,7 +366,7 @@ for h in homes.values():
 result = {}
 
 
-# Head: a token (the README's `ray get-auth-token --generate`), then `ray start --head`.
+# Head: a token (docs/clusters.md's `ray get-auth-token --generate`), then `ray start --head`.
 gen = subprocess.run([*RAY, "get-auth-token", "--generate"], env=env_for(homes["head"]),
                      capture_output=True, text=True, timeout=120)
 token_file = homes["head"] / ".ray" / "auth_token"

@@ -30,7 +30,7 @@ twice it, one twice as far three times). On the policy benchmark's 13 developmen
 trials the policy paused or stopped, with 64/65 hits; without the ``1 +`` (no widening
 up to the typical distance) 78%, with 62/65 at the same money. On unbiased examples
 (synthetic curves, examples drawn like the queries) it over-covers (about 93-99%). The calibration of the interval (share of true finals inside it) is measured
-by the policy benchmark and quoted in the README.
+by the policy benchmark and quoted in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``space.yaml`` -> a validated, immutable :class:`Config`.
 
 Pure module: no Ray, torch, Lightning or Optuna. Every key is declared once, in the
-dataclasses below, with its type check, default and one-line meaning; the README's key
-reference is checked against these declarations by a test.
+dataclasses below, with its type check, default and one-line meaning; the key reference
+in docs/reference.md is checked against these declarations by a test.
 
 Rules:
   * Unknown keys are errors; every error is a :class:`~hpsearch.errors.ConfigError`
