@@ -472,7 +472,7 @@ def _repair(args: argparse.Namespace) -> int:
 
     from hpsearch.errors import ConfigError
     from hpsearch.recovery.faults import RunLock
-    from hpsearch.money.ledger import repair
+    from hpsearch.money.ledger_repair import repair
 
     run_dir = Path(args.run_dir)
     ledger = run_dir / "ledger.jsonl"

@@ -38,7 +38,7 @@ from hpsearch.core.placement import check_fits
 from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
                              RunFailed, RunInterrupted)
 from hpsearch.money.fmt import fmt_money
-from hpsearch.money.ledger import FAILED
+from hpsearch.money.ledger_entries import FAILED
 from hpsearch.recovery import faults
 from hpsearch.report.progress import Progress, display_path, display_url, top_table
 from hpsearch.spec import config as config_mod

@@ -11,7 +11,8 @@ import pytest
 from hpsearch.money.budget import Accountant, Admission
 from hpsearch.money.fmt import fmt_money
 from hpsearch.spec.config import Budget
-from hpsearch.money.ledger import DONE, STOPPED, Ledger
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_entries import DONE, STOPPED
 from hpsearch.money.pricing import Price
 
 T0 = 1_700_000_000.0
@@ -380,7 +381,8 @@ def test_fmt_money_keeps_the_currency():
 
 
 def test_heartbeat_keeps_the_ledger_told_until_when_trials_ran(tmp_path):
-    from hpsearch.money.ledger import ALIVE_EVERY_S, FAILED
+    from hpsearch.money.ledger import ALIVE_EVERY_S
+    from hpsearch.money.ledger_entries import FAILED
 
     path = tmp_path / "ledger.jsonl"
     acct, clock = make(ledger=Ledger(path))

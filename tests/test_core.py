@@ -13,7 +13,8 @@ from hpsearch.core.lifecycle import LifecycleError, TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy, TrialHistory
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
-from hpsearch.money.ledger import DONE, FAILED, PREEMPTED, STOPPED, Ledger
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_entries import DONE, FAILED, PREEMPTED, STOPPED
 from hpsearch.pruning.none import NoPruning
 from hpsearch.money.pricing import Price
 

@@ -46,7 +46,8 @@ from optuna.trial import FrozenTrial, TrialState
 import hpsearch
 from hpsearch import keys
 from hpsearch.adapters.optuna.results import load_report
-from hpsearch.money.ledger import DONE, STOPPED, Interval, Ledger
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_entries import DONE, STOPPED, Interval
 
 from .pause_curves import CURVES, EPOCHS, ORDER
 from .test_e2e_faults import CONTINUING, ENV, SPENT

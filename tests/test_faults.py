@@ -26,7 +26,9 @@ from hpsearch.recovery.faults import (
     check_writable,
     disk_full_cause,
 )
-from hpsearch.money.ledger import DONE, Ledger, LedgerCorrupt
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_entries import DONE
+from hpsearch.money.ledger_file import LedgerCorrupt
 
 from .conftest import REPO
 

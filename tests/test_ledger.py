@@ -12,15 +12,9 @@ import pytest
 
 from hpsearch import keys
 from hpsearch.errors import EXIT_CONFIG, HpsearchError
-from hpsearch.money.ledger import (
-    DONE,
-    FAILED,
-    PREEMPTED,
-    STOPPED,
-    CurrencyError,
-    Interval,
-    Ledger,
-)
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_book import CurrencyError
+from hpsearch.money.ledger_entries import DONE, FAILED, PREEMPTED, STOPPED, Interval
 from hpsearch.money.pricing import Price
 
 T0 = 1_700_000_000.0  # a wall-clock-like origin
@@ -552,7 +546,7 @@ def _replayed(path) -> Ledger:
 
 
 def test_corrupt_middle_line_says_how_to_repair(tmp_path):
-    from hpsearch.money.ledger import LedgerCorrupt
+    from hpsearch.money.ledger_file import LedgerCorrupt
 
     path = tmp_path / "run" / "ledger.jsonl"
     path.parent.mkdir()
@@ -567,7 +561,7 @@ def test_corrupt_middle_line_says_how_to_repair(tmp_path):
 
 
 def test_repair_of_a_torn_middle_close_keeps_every_valid_event(tmp_path):
-    from hpsearch.money.ledger import repair
+    from hpsearch.money.ledger_repair import repair
 
     path = tmp_path / "ledger.jsonl"
     _busy_ledger(path)
@@ -594,7 +588,7 @@ def test_repair_of_a_torn_middle_close_keeps_every_valid_event(tmp_path):
 
 
 def test_repair_books_an_interval_whose_open_line_was_torn(tmp_path):
-    from hpsearch.money.ledger import repair
+    from hpsearch.money.ledger_repair import repair
 
     path = tmp_path / "ledger.jsonl"
     ledger = Ledger(path)
@@ -615,7 +609,7 @@ def test_repair_books_an_interval_whose_open_line_was_torn(tmp_path):
 
 
 def test_repair_of_a_sound_ledger_changes_nothing(tmp_path):
-    from hpsearch.money.ledger import repair
+    from hpsearch.money.ledger_repair import repair
 
     path = tmp_path / "ledger.jsonl"
     _busy_ledger(path)
@@ -627,7 +621,7 @@ def test_repair_of_a_sound_ledger_changes_nothing(tmp_path):
 
 
 def test_repair_drops_a_torn_last_line_too(tmp_path):
-    from hpsearch.money.ledger import repair
+    from hpsearch.money.ledger_repair import repair
 
     path = tmp_path / "ledger.jsonl"
     before = _busy_ledger(path)

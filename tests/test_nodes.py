@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from hpsearch.money.ledger import (DONE, FAILED, PREEMPTED, STOPPED, Ledger, LedgerCorrupt,
-                                   LedgerTooNew)
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_entries import DONE, FAILED, PREEMPTED, STOPPED
+from hpsearch.money.ledger_file import LedgerCorrupt, LedgerTooNew
 from hpsearch.money.nodes import Demand, NodeSpec, billed_seconds, fleet_cost, from_ray
 from hpsearch.money.pricing import Price
 from hpsearch.money.statement import statement, summary_lines

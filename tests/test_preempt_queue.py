@@ -10,7 +10,7 @@ from benchmarks import lcbench, peers
 from hpsearch import keys
 from hpsearch.core.search import SearchCore, StartKind
 from hpsearch.money.budget import Accountant
-from hpsearch.money.ledger import PREEMPTED
+from hpsearch.money.ledger_entries import PREEMPTED
 from hpsearch.money.nodes import Fleet
 from hpsearch.money.statement import statement
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict

@@ -88,7 +88,7 @@ HAND = [
 
 # -- money from the ledger's statement: nodes, idle, savings that are true ----------------
 
-from hpsearch.money.ledger import DONE, PREEMPTED, STOPPED  # noqa: E402
+from hpsearch.money.ledger_entries import DONE, PREEMPTED, STOPPED  # noqa: E402
 from hpsearch.money.nodes import NodeSpec  # noqa: E402
 from hpsearch.money.pricing import Price  # noqa: E402
 from hpsearch.money.statement import statement  # noqa: E402

@@ -17,7 +17,7 @@ import pytest
 from benchmarks import peers
 from hpsearch.core.lifecycle import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
-from hpsearch.money.ledger import PREEMPTED, DONE
+from hpsearch.money.ledger_entries import PREEMPTED, DONE
 from hpsearch.pruning.none import NoPruning
 from hpsearch.simulate import Curve, Preemptions, Segment, SimResult, simulate
 

@@ -38,7 +38,7 @@ from hpsearch.trials import TrialHistory, TrialState
 from hpsearch.pruning.decisions import Decision, StopRecord
 from hpsearch.errors import HpsearchError, RunAborted, RunFailed
 from hpsearch.core.failures import FailFast, Failure, Verdict
-from hpsearch.money.ledger import DONE, FAILED, PREEMPTED, STOPPED
+from hpsearch.money.ledger_entries import DONE, FAILED, PREEMPTED, STOPPED
 
 
 class StartKind(enum.Enum):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from hpsearch.money.ledger import ALIVE_EVERY_S, Ledger, Outcome, Rental
+from hpsearch.money.ledger import ALIVE_EVERY_S, Ledger
+from hpsearch.money.ledger_entries import Outcome, Rental
 from hpsearch.money.nodes import Demand, NodeSpec
 from hpsearch.money.pricing import Price
 

@@ -32,7 +32,8 @@ from typing import Callable, Sequence
 from hpsearch.spec.config import Budget
 from hpsearch.money.billing import Billing
 from hpsearch.money.forecast import Forecast
-from hpsearch.money.ledger import Ledger, Outcome
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_entries import Outcome
 from hpsearch.money.nodes import Demand, Fleet, NodeSpec
 from hpsearch.money.pricing import Price
 from hpsearch.money.fmt import fmt_money

@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hpsearch.money.ledger import PREEMPTED, Interval, Ledger, Rental
+from hpsearch.money.ledger import Ledger
+from hpsearch.money.ledger_entries import PREEMPTED, Interval, Rental
 
 #: Most points of one node's idle-over-time series kept in the study.
 MAX_POINTS = 200
@@ -40,7 +41,7 @@ class NodeMoney:
 
     Attributes:
         node, instance, spot, price_per_hour, currency, granularity_s, min_billing_s,
-        lost: The rental (see :class:`~hpsearch.money.ledger.Rental`).
+        lost: The rental (see :class:`~hpsearch.money.ledger_entries.Rental`).
         start_s, end_s: Rented from, and until (None: still rented at the statement).
         length_s: Seconds rented; ``billed_s``: seconds billed; ``cost``: money billed.
         work_cost: The trials' shares; ``wasted_cost``: the lost part of them;

@@ -367,8 +367,8 @@ def gpu_epoch_s(probe: ProbeFigures, model: str, precision: str, n_gpus: int = 1
 def billed_s(run_s: float, offer: catalog_mod.Offer) -> float:
     """Seconds billed for one interval of ``run_s`` seconds on ``offer``: rounded up to
     its billing granularity, at least its minimum billing period (as
-    :meth:`hpsearch.money.ledger.Interval.billed_s` bills it)."""
-    from hpsearch.money.ledger import billed_seconds
+    :meth:`hpsearch.money.ledger_entries.Interval.billed_s` bills it)."""
+    from hpsearch.money.nodes import billed_seconds
 
     return billed_seconds(run_s, offer.billing_granularity_s, offer.min_billing_s)
 
