@@ -3,7 +3,7 @@
 
 The no-GPU tests run for real on a machine without an NVIDIA driver (this one and CI;
 they are marked to be skipped on a machine with a driver, where they cannot hold). The
-real NVML path is checked on a GPU machine by ``python -m benchmarks.gpu_check``. Name
+real NVML path is checked on a GPU machine by ``bash benchmarks/gpu_check.sh``. Name
 matching and ``auto`` run everywhere on the packaged catalogue with real NVML names.
 """
 
