@@ -52,7 +52,7 @@ PURE_MODULES = [
     "hpsearch.recovery.faults",
     "hpsearch.recovery.storage",
     "hpsearch.money.storage",
-    "hpsearch.checkpoints",
+    "hpsearch.driver.checkpoints",
     "hpsearch.model.planner",
 ]
 MARKER = "@@hpsearch-test-result@@"

@@ -661,7 +661,7 @@ def _prepare(source, overrides, run_dir, backend, trainable,
     """Load and check everything that can be checked before the run dir is touched:
     bad input raises here and nothing is written."""
     from hpsearch.adapters import nvml
-    from hpsearch.checkpoints import RunCheckpoints
+    from hpsearch.driver.checkpoints import RunCheckpoints
     from hpsearch.money import pricing
 
     function = trainable if callable(trainable) else None
@@ -1005,7 +1005,7 @@ class _Session:
                  out: Callable[[str], None], backend, signals: _Signals | None = None,
                  gpu: Any = None, started_s: float | None = None,
                  checkpoints: Any = None, prior: list | None = None):
-        from hpsearch.checkpoints import RunCheckpoints
+        from hpsearch.driver.checkpoints import RunCheckpoints
         from hpsearch.money.budget import Accountant
         from hpsearch.money.nodes import Fleet
 
