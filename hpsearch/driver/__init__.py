@@ -35,6 +35,8 @@ from typing import Any, Callable, Mapping
 from hpsearch import keys
 from hpsearch.trials import TrialState
 from hpsearch.core.placement import check_fits
+from hpsearch.driver.logs import (FILE_ONLY_LOGGERS, WorkerDeathNotices, attach_log,
+                                  detach_log)
 from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
                              RunFailed, RunInterrupted)
 from hpsearch.money.fmt import fmt_money
@@ -152,35 +154,6 @@ def _concurrency(config: config_mod.Config, resources: Mapping[str, float]) -> i
     return max(1, int(min(fits)))
 
 
-class _WorkerDeathNotices:
-    """Keeps Ray's "(raylet) A worker died or was killed ..." notices off the console.
-
-    Ray prints one to stdout for every trial process that dies; hpsearch handles those
-    deaths itself (a preemption restarts the trial, a failure is recorded) and says so in
-    one line of its own, so the notice goes to hpsearch.log instead.
-    """
-
-    MARK = "A worker died or was killed"
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.swallow_newline = False
-
-    def write(self, text: str) -> int:
-        if self.MARK in text:
-            log.info("ray: %s", text.strip())
-            self.swallow_newline = True
-            return len(text)
-        if self.swallow_newline and text == "\n":
-            self.swallow_newline = False
-            return len(text)
-        self.swallow_newline = False
-        return self.stream.write(text)
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
-
-
 class _RaySession:
     """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started.
 
@@ -246,59 +219,6 @@ def _next_session(tune_dir: Path) -> str:
     return f"session-{n}"
 
 
-#: Loggers whose records go to hpsearch.log only: Tune prints every trial's traceback,
-#: and the driver's core worker (``ray._private.worker``) logs an "Unhandled error"
-#: block with the traceback whenever an object ref holding a trial's error is collected;
-#: hpsearch says what failed in one line of its own.
-_FILE_ONLY_LOGGERS = ("ray.tune", "ray.train", "ray._private.worker")
-
-
-class _LogFile(logging.FileHandler):
-    """hpsearch.log, silent when a record cannot be written (a full disk stops the run
-    with its own one-line error; a traceback per log record would bury it)."""
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, OSError):
-            return
-        super().handleError(record)
-
-
-def _attach_log(run_dir: Path) -> logging.Handler:
-    """Send hpsearch's and Ray's records to the run's ``hpsearch.log`` (the loggers'
-    settings are put back by :class:`_ProcessState` when the run ends)."""
-    handler = _LogFile(run_dir / "hpsearch.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("hpsearch").addHandler(handler)
-    logging.getLogger("hpsearch").setLevel(logging.INFO)
-    for name in _FILE_ONLY_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.addHandler(handler)
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False
-    # Optuna's per-trial INFO lines are the study's business, not the terminal's.
-    logging.getLogger("optuna").setLevel(logging.WARNING)
-    # The new output engine ignores verbose=0 and prints its own tables.
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    # hpsearch checks the objective itself (a trial that never logs it aborts the run
-    # with a clear error); Tune's check would crash the whole run on a restart's final
-    # bookkeeping result instead.
-    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
-    # Tune adds its JSON, CSV and TensorBoard loggers unless told not to; the tuner
-    # passes the first two itself (tune/: result.json, progress.csv). TensorBoard files
-    # nobody reads, and tensorboardX prints "NaN or Inf found in input tensor." to the
-    # terminal whenever a diverging trial reports an infinite loss.
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-    return handler
-
-
-def _detach_log(handler: logging.Handler) -> None:
-    logging.getLogger("hpsearch").removeHandler(handler)
-    for name in _FILE_ONLY_LOGGERS:
-        logging.getLogger(name).removeHandler(handler)
-    handler.close()
-
-
 class _ProcessState:
     """Everything process-wide a run changes, put back as it was when the run ends.
 
@@ -308,7 +228,7 @@ class _ProcessState:
     notebook) leave the process as they found it.
     """
 
-    LOGGERS = ("hpsearch", "ray", "optuna", *_FILE_ONLY_LOGGERS)
+    LOGGERS = ("hpsearch", "ray", "optuna", *FILE_ONLY_LOGGERS)
 
     def __enter__(self) -> "_ProcessState":
         import warnings
@@ -830,14 +750,14 @@ def _search(ready: _Prepared, price, ledger, continuing: bool, concurrency: int,
     run_path = ready.run_path
     try:
         with signals:
-            handler = _attach_log(run_path)
+            handler = attach_log(run_path)
             try:
                 session = _Session(ready.config, run_path, ready.url, price, ledger, out,
                                    ready.backend, signals, ready.gpu, ready.started_s,
                                    ready.checkpoints, ready.prior)
                 return session.run(continuing, concurrency, progress_interval_s)
             finally:
-                _detach_log(handler)
+                detach_log(handler)
                 ready.checkpoints.close()
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM) outside Tune's loop: nothing is left half done.
@@ -1147,7 +1067,7 @@ class _Session:
         progress.n_trials = remaining
         self._announce(concurrency, remaining)
         tuner = self._tuner(core, recorder, placement, Attempts(), progress, concurrency)
-        stdout, sys.stdout = sys.stdout, _WorkerDeathNotices(sys.stdout)
+        stdout, sys.stdout = sys.stdout, WorkerDeathNotices(sys.stdout)
         try:
             tuner.fit()
         except BaseException as exc:
