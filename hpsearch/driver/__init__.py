@@ -35,8 +35,8 @@ from typing import Any, Callable, Mapping
 from hpsearch import keys
 from hpsearch.trials import TrialState
 from hpsearch.core.placement import check_fits
-from hpsearch.driver.logs import (FILE_ONLY_LOGGERS, WorkerDeathNotices, attach_log,
-                                  detach_log)
+from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
+from hpsearch.driver.process import ProcessState
 from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
                              RunFailed, RunInterrupted)
 from hpsearch.money.fmt import fmt_money
@@ -217,48 +217,6 @@ def _next_session(tune_dir: Path) -> str:
     while (tune_dir / f"session-{n}").exists():
         n += 1
     return f"session-{n}"
-
-
-class _ProcessState:
-    """Everything process-wide a run changes, put back as it was when the run ends.
-
-    A run sets environment variables (its own, and Ray's: ``PYTHONBREAKPOINT``, ...),
-    routes loggers to its log file, installs signal handlers and may capture warnings
-    into logging; :func:`run` restores all of it, so two runs in one interpreter (a
-    notebook) leave the process as they found it.
-    """
-
-    LOGGERS = ("hpsearch", "ray", "optuna", *FILE_ONLY_LOGGERS)
-
-    def __enter__(self) -> "_ProcessState":
-        import warnings
-
-        self.environ = dict(os.environ)
-        self.loggers = {name: (logging.getLogger(name).level,
-                               logging.getLogger(name).propagate)
-                        for name in self.LOGGERS}
-        self.captured = getattr(logging, "_warnings_showwarning", None) is not None
-        self.showwarning = warnings.showwarning
-        self.signals = {}
-        if threading.current_thread() is threading.main_thread():
-            self.signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        import warnings
-
-        for key in set(os.environ) - set(self.environ):
-            del os.environ[key]
-        os.environ.update(self.environ)
-        for name, (level, propagate) in self.loggers.items():
-            logging.getLogger(name).setLevel(level)
-            logging.getLogger(name).propagate = propagate
-        if not self.captured:
-            logging.captureWarnings(False)
-        warnings.showwarning = self.showwarning
-        for sig, handler in self.signals.items():
-            if handler is not None:
-                signal.signal(sig, handler)
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -554,7 +512,7 @@ def run(
         DiskFull: A write failed for lack of space; the run stopped cleanly and
             ``resume`` continues it once space is freed.
     """
-    with _ProcessState():
+    with ProcessState():
         return _run(source, overrides, run_dir, emit=emit,
                     progress_interval_s=progress_interval_s, backend=backend,
                     trainable=trainable)

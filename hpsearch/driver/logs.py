@@ -60,7 +60,8 @@ class _LogFile(logging.FileHandler):
 
 def attach_log(run_dir: Path) -> logging.Handler:
     """Send hpsearch's and Ray's records to the run's ``hpsearch.log`` (the loggers'
-    settings are put back by :class:`_ProcessState` when the run ends)."""
+    settings are put back by :class:`~hpsearch.driver.process.ProcessState` when the run
+    ends)."""
     handler = _LogFile(run_dir / "hpsearch.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("hpsearch").addHandler(handler)
