@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +33,10 @@ from typing import Any, Callable, Mapping
 from hpsearch import keys
 from hpsearch.trials import TrialState
 from hpsearch.core.placement import check_fits
+from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
 from hpsearch.driver.process import ProcessState
-from hpsearch.errors import (EXIT_INTERRUPTED, ConfigError, HpsearchError, RunAborted,
-                             RunFailed, RunInterrupted)
+from hpsearch.errors import ConfigError, HpsearchError, RunAborted, RunFailed, RunInterrupted
 from hpsearch.money.fmt import fmt_money
 from hpsearch.money.ledger_entries import FAILED
 from hpsearch.recovery import faults
@@ -316,79 +314,6 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
-class _Signals:
-    """SIGTERM handled like Ctrl-C, for the span of a run (the previous handler restored).
-
-    The first SIGTERM (or Ctrl-C) asks Ray Tune to stop gracefully (it saves its
-    experiment state and stops the trials); a second one interrupts at once. Either way
-    the driver closes the ledger's open intervals and exits with the resume hint: 130
-    after Ctrl-C, 143 after SIGTERM. Ray's own driver handler would ``sys.exit(15)``
-    wherever the main thread is, leaving the ledger open.
-    """
-
-    def __init__(self):
-        self.terminated = False
-        self._previous = None
-
-    def __enter__(self) -> "_Signals":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._on_term)
-        return self
-
-    def _on_term(self, signum, frame) -> None:
-        self.terminated = True
-        log.warning("SIGTERM received: stopping the run as after Ctrl-C")
-        # Whatever handles Ctrl-C now: Tune's graceful stop during fit(), else Python's
-        # KeyboardInterrupt.
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        else:
-            raise KeyboardInterrupt
-
-    @property
-    def exit_code(self) -> int:
-        return faults.EXIT_TERMINATED if self.terminated else EXIT_INTERRUPTED
-
-    def __exit__(self, *exc_info) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
-
-
-class _SignalsHeld:
-    """Ignores SIGINT and SIGTERM for a few lines of bookkeeping (closing the ledger
-    after an interruption must not itself be interrupted); restores them on exit."""
-
-    def __enter__(self) -> "_SignalsHeld":
-        self._saved = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._saved[sig] = signal.signal(sig, signal.SIG_IGN)
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-
-
-def _disk_full(exc: BaseException, run_path: Path, url: str) -> faults.DiskFull | None:
-    """The :class:`~hpsearch.recovery.faults.DiskFull` to raise for ``exc``, or None."""
-    if isinstance(exc, faults.DiskFull):
-        return exc
-    if isinstance(exc, HpsearchError):
-        return None  # already says what happened
-    cause = faults.disk_full_cause(exc)
-    if cause is None:
-        return None
-    where = cause.path
-    if where is None:
-        text = "".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e).lower()
-        sqlite = config_mod.sqlite_file(url)
-        where = str(sqlite) if sqlite is not None and "database or disk" in text else None
-    return faults.DiskFull(where or run_path, run_path)
-
-
 class LightningBackend:
     """How trials run: the default backend trains the trainable with Lightning.
 
@@ -603,7 +528,7 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     run_path.mkdir(parents=True, exist_ok=True)
     lock = faults.RunLock(run_path)
     started = False
-    signals = _Signals()
+    signals = Signals()
     try:
         lock.acquire()
         ledger = Ledger(run_path / LEDGER_FILE, currency=ready.currency)  # reads only
@@ -624,7 +549,7 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
             _undo_start(lock, made, run_path)
             raise
         # A second Ctrl-C while Ray shuts down: the session is already settled.
-        raise RunInterrupted(_interrupted_text(run_path), signals.exit_code) from None
+        raise RunInterrupted(interrupted_text(run_path), signals.exit_code) from None
     except BaseException:
         if not started:
             _undo_start(lock, made, run_path)
@@ -667,10 +592,10 @@ def _nothing_to_run(ready: _Prepared, study, ledger, out: Callable[[str], None])
     # session's start settles them); then everything is closed, and the statement is
     # the same at any later time.
     try:
-        with _SignalsHeld():
+        with SignalsHeld():
             ledger.close_all(0.0, FAILED, at_last_event=True)
     except OSError as exc:
-        full = _disk_full(exc, run_path, ready.url)
+        full = disk_full(exc, run_path, ready.url)
         if full is None:
             raise
         raise full from None  # the rental stays open: the next run settles it the same way
@@ -701,7 +626,7 @@ def _fit_to_cluster(ready: _Prepared, ray, ray_session: _RaySession) -> tuple[An
 
 
 def _search(ready: _Prepared, price, ledger, continuing: bool, concurrency: int,
-            signals: _Signals, out: Callable[[str], None],
+            signals: Signals, out: Callable[[str], None],
             progress_interval_s: float) -> RunResult:
     """The search itself, with the run's signal handlers and log file in place; Ctrl-C
     and a full disk become :class:`RunInterrupted` and :class:`~faults.DiskFull`."""
@@ -719,9 +644,9 @@ def _search(ready: _Prepared, price, ledger, continuing: bool, concurrency: int,
                 ready.checkpoints.close()
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM) outside Tune's loop: nothing is left half done.
-        raise RunInterrupted(_interrupted_text(run_path), signals.exit_code) from None
+        raise RunInterrupted(interrupted_text(run_path), signals.exit_code) from None
     except Exception as exc:
-        full = _disk_full(exc, run_path, ready.url)
+        full = disk_full(exc, run_path, ready.url)
         if full is None:
             raise
         raise full from None
@@ -754,14 +679,6 @@ def _remove_made(run_path: Path, made: list[Path]) -> None:
             folder.rmdir()
         except OSError:
             return
-
-
-def _interrupted_text(run_path: Path, unfinished: int | None = None) -> str:
-    what = (f"{unfinished} unfinished trial(s) will resume from their checkpoints"
-            if unfinished is not None else
-            "unfinished trials will resume from their checkpoints")
-    return (f"interrupted: {what}: run the same command again (or python -m hpsearch "
-            f"resume {display_path(run_path)})")
 
 
 #: The ledger's file in the run dir.
@@ -880,7 +797,7 @@ class _Session:
     """
 
     def __init__(self, config, run_path: Path, url: str, price, ledger,
-                 out: Callable[[str], None], backend, signals: _Signals | None = None,
+                 out: Callable[[str], None], backend, signals: Signals | None = None,
                  gpu: Any = None, started_s: float | None = None,
                  checkpoints: Any = None, prior: list | None = None):
         from hpsearch.driver.checkpoints import RunCheckpoints
@@ -904,7 +821,7 @@ class _Session:
         self.stop_reason: str | None = None
         #: The budget closed the session (more money continues it).
         self.budget_closed = False
-        self.signals = signals or _Signals()
+        self.signals = signals or Signals()
         self._money_written_s: float | None = None
         self.checkpoints = checkpoints or RunCheckpoints(config, run_path)
         self.prior = prior or []
@@ -1033,7 +950,7 @@ class _Session:
             raise
         finally:
             sys.stdout = stdout
-        with _SignalsHeld():
+        with SignalsHeld():
             out(progress.status())
         return self._close(core, progress)
 
@@ -1184,13 +1101,13 @@ class _Session:
         completed."""
         halted = core.halt_reason is not None
         interrupted = core.abort is None and (halted or bool(core.live))
-        with _SignalsHeld():
+        with SignalsHeld():
             leftover = core.close(interrupted=interrupted)
         if halted:
             # A trial could not write its checkpoint: it and the others stay resumable.
             self._close_ledger()
             raise faults.DiskFull(core.halt_reason, self.run_path)
-        with _SignalsHeld():
+        with SignalsHeld():
             self.accountant.ledger.close_all(self.backend.clock(), FAILED)
         self.stop_reason = core.stop_reason
         self.budget_closed = (core.closed_by_budget
@@ -1198,7 +1115,7 @@ class _Session:
         if core.abort is not None:
             raise core.abort
         if interrupted:
-            raise RunInterrupted(_interrupted_text(self.run_path, len(leftover)),
+            raise RunInterrupted(interrupted_text(self.run_path, len(leftover)),
                                  self.signals.exit_code)
         return self._failures(progress, core.failures)
 
@@ -1225,7 +1142,7 @@ class _Session:
         """Close every open interval now, as failed (their work since the last
         checkpoint is lost: they resume from it). False if the ledger could not be
         written (a full disk): the next run closes them at their last alive event."""
-        with _SignalsHeld():
+        with SignalsHeld():
             try:
                 self.accountant.ledger.close_all(self.backend.clock(), FAILED)
                 return True
@@ -1241,11 +1158,11 @@ class _Session:
         error to report (RunInterrupted, DiskFull) or returns to let ``exc`` propagate.
         """
         interrupted = isinstance(exc, KeyboardInterrupt)
-        full = None if interrupted else _disk_full(exc, self.run_path, self.url)
+        full = None if interrupted else disk_full(exc, self.run_path, self.url)
         self._close_ledger()
         if interrupted:
             unfinished = len(core.close(interrupted=True))
-            raise RunInterrupted(_interrupted_text(self.run_path, unfinished),
+            raise RunInterrupted(interrupted_text(self.run_path, unfinished),
                                  self.signals.exit_code) from None
         if full is not None:
             raise full from None
