@@ -90,6 +90,8 @@ def disk_full(exc: BaseException, run_path: Path, url: str) -> faults.DiskFull |
 
 
 def interrupted_text(run_path: Path, unfinished: int | None = None) -> str:
+    """The error line of an interrupted run: what resumes, and how (``unfinished``: how
+    many trials, when known)."""
     what = (f"{unfinished} unfinished trial(s) will resume from their checkpoints"
             if unfinished is not None else
             "unfinished trials will resume from their checkpoints")
