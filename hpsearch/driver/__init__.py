@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 from hpsearch import keys
 from hpsearch.trials import TrialState
 from hpsearch.core.placement import check_fits
+from hpsearch.driver.backend import LightningBackend
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
 from hpsearch.driver.process import ProcessState
@@ -312,42 +313,6 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
         })
     rows.sort(key=lambda r: r["_key"])
     return rows
-
-
-class LightningBackend:
-    """How trials run: the default backend trains the trainable with Lightning.
-
-    A backend supplies the Ray Tune function each trial runs, the clock money is counted
-    on, and any Tune callbacks it needs. The benchmark's replay backend swaps in
-    recorded learning curves and a simulated clock, so the whole scheduling path
-    (sampler, pruning policy, cost model, budget, study) runs unchanged on them.
-    """
-
-    def __init__(self, function: Callable[..., Any] | None = None):
-        #: The build function given to ``run(trainable=...)`` as an object, or None.
-        self.function = function
-
-    def check(self, config) -> None:
-        """Validate what this backend needs before anything is written."""
-        from hpsearch.spec.trainable import check_function, resolve
-
-        config_mod.check_training_cpus(config)  # Lightning trains on whole cores
-        if self.function is not None:
-            check_function(self.function)
-        else:
-            resolve(config.trainable)
-
-    def trainable(self, spec):
-        from hpsearch.adapters.trial import runner
-
-        return runner.train
-
-    def clock(self) -> float:
-        """Seconds on the clock the ledger bills by (wall-clock time: it outlives runs)."""
-        return time.time()
-
-    def callbacks(self) -> list:
-        return []
 
 
 def _check_minimum(config: config_mod.Config, price) -> None:
