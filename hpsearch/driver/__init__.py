@@ -37,6 +37,8 @@ from hpsearch.driver.backend import LightningBackend
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
 from hpsearch.driver.process import ProcessState
+from hpsearch.driver.rundir import (LEDGER_FILE, default_run_dir, missing_dirs,
+                                    storage_url_for, trial_log_path, undo_start)
 from hpsearch.errors import ConfigError, HpsearchError, RunAborted, RunFailed, RunInterrupted
 from hpsearch.money.fmt import fmt_money
 from hpsearch.money.ledger_entries import FAILED
@@ -78,14 +80,6 @@ class RunResult:
     kept: float = 0.0
     wasted: float = 0.0
     idle: float = 0.0
-
-
-def default_run_dir(name: str) -> Path:
-    return Path("runs") / name
-
-
-def storage_url_for(config: config_mod.Config, run_dir: Path) -> str:
-    return config.storage or f"sqlite:///{run_dir / 'optuna.db'}"
 
 
 def _check_existing_study(config: config_mod.Config, url: str, ledger=None,
@@ -489,7 +483,7 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
     # The lock comes first, so that a second driver is refused at once, before it
     # starts Ray or reads anything. A run dir made only to hold it is removed again if
     # the run cannot start (bad input writes nothing).
-    made = _missing_dirs(run_path)
+    made = missing_dirs(run_path)
     run_path.mkdir(parents=True, exist_ok=True)
     lock = faults.RunLock(run_path)
     started = False
@@ -511,13 +505,13 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
                            progress_interval_s)
     except KeyboardInterrupt:
         if not started:
-            _undo_start(lock, made, run_path)
+            undo_start(lock, made, run_path)
             raise
         # A second Ctrl-C while Ray shuts down: the session is already settled.
         raise RunInterrupted(interrupted_text(run_path), signals.exit_code) from None
     except BaseException:
         if not started:
-            _undo_start(lock, made, run_path)
+            undo_start(lock, made, run_path)
         raise
     finally:
         lock.release()
@@ -617,37 +611,6 @@ def _search(ready: _Prepared, price, ledger, continuing: bool, concurrency: int,
         raise full from None
 
 
-def _undo_start(lock: faults.RunLock, made: list[Path], run_path: Path) -> None:
-    """A run that could not start leaves no run dir it made only to hold the lock."""
-    if lock.held and made:
-        lock.release()
-        _remove_made(run_path, made)
-
-
-def _missing_dirs(path: Path) -> list[Path]:
-    """``path`` and its parents that do not exist yet, deepest first."""
-    missing = []
-    while not path.exists() and path.parent != path:
-        missing.append(path)
-        path = path.parent
-    return missing
-
-
-def _remove_made(run_path: Path, made: list[Path]) -> None:
-    """Undo the folders made for a run that never started (only if still empty)."""
-    try:
-        (run_path / faults.LOCK_FILE).unlink()
-    except OSError:
-        return
-    for folder in made:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-
-
-#: The ledger's file in the run dir.
-LEDGER_FILE = "ledger.jsonl"
 #: Seconds between two copies of the ledger's statement into the study during a run.
 MONEY_EVERY_S = 30.0
 #: Seconds the run's nodes are expected to stay rented after its last trial ends (Tune
@@ -683,13 +646,6 @@ def _load_config(source, overrides, trainable) -> config_mod.Config:
 
     raw["trainable"] = _FUNCTION_PLACEHOLDER
     return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))
-
-
-def trial_log_path(run_path: Path, number: int) -> Path:
-    """``logs/trial-NNNN.log`` in the run dir: a trial's log records and traceback."""
-    from hpsearch.adapters.trial.runner import trial_name
-
-    return run_path / "logs" / f"{trial_name(number)}.log"
 
 
 def trial_spec(config: config_mod.Config, run_path: Path,
