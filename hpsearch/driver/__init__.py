@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -37,6 +37,7 @@ from hpsearch.driver.backend import LightningBackend
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
 from hpsearch.driver.ownership import check_existing_study, check_owner
+from hpsearch.driver.prepare import Prepared, prepare, prior_text
 from hpsearch.driver.process import ProcessState
 from hpsearch.driver.rundir import (LEDGER_FILE, default_run_dir, missing_dirs,
                                     storage_url_for, trial_log_path, undo_start)
@@ -50,7 +51,7 @@ from hpsearch.spec import config as config_mod
 log = logging.getLogger("hpsearch")
 
 __all__ = ["run", "RunResult", "RunAborted", "RunFailed", "RunInterrupted",
-           "LightningBackend"]
+           "LightningBackend", "default_run_dir", "storage_url_for"]
 
 
 @dataclass
@@ -255,20 +256,6 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _check_minimum(config: config_mod.Config, price) -> None:
-    """A budget below one rental's minimum billing could start nothing: refuse it now."""
-    from hpsearch.money.nodes import billed_seconds
-
-    cap = config.budget.max_cost
-    minimum = billed_seconds(0.0, price.billing_granularity_s, price.min_billing_s) \
-        * price.instance_per_hour / 3600.0
-    if cap is not None and minimum > cap:
-        raise ConfigError(
-            "budget.max_cost", f"less than one rental's minimum billing: {price.instance}"
-            f"{' (spot)' if price.spot else ''} bills at least {price.min_billing_s} s, "
-            f"{fmt_money(minimum, price.currency)}", cap)
-
-
 def _demand(config: config_mod.Config):
     from hpsearch.money.nodes import Demand
 
@@ -348,83 +335,13 @@ def run(
                     trainable=trainable)
 
 
-@dataclass
-class _Prepared:
-    """What :func:`_run` has checked before it takes the run dir's lock."""
-
-    backend: Any
-    started_s: float
-    config: config_mod.Config
-    gpu: Any
-    currency: str
-    run_path: Path
-    url: str
-    checkpoints: Any
-    #: The curve sampler's earlier studies (``search.prior``), read into memory.
-    prior: list = field(default_factory=list)
-
-
-def _prepare(source, overrides, run_dir, backend, trainable,
-             out: Callable[[str], None]) -> _Prepared:
-    """Load and check everything that can be checked before the run dir is touched:
-    bad input raises here and nothing is written."""
-    from hpsearch.adapters import nvml
-    from hpsearch.driver.checkpoints import RunCheckpoints
-    from hpsearch.money import pricing
-
-    function = trainable if callable(trainable) else None
-    if backend is None:
-        backend = LightningBackend(function)
-    elif function is not None:
-        raise ConfigError("trainable", "a function object needs the default Lightning "
-                          "backend", trainable)
-    # The run's nodes are billed from here: a local machine is rented for the run, and
-    # a cluster node already up is billed from the run's start.
-    started_s = backend.clock()
-    config = _load_config(source, overrides, trainable)
-    for warning in config.warnings:
-        out(f"warning: {warning}")
-    if config.storage is not None:
-        config_mod.check_storage(config.storage)  # before anything opens or writes it
-    backend.check(config)
-    gpu = nvml.for_pricing(config)
-    first = pricing.resolve(config, gpu=gpu)  # unknown instance: before anything starts
-    _check_minimum(config, first)
-    run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
-    run_path = run_path.absolute()
-    url = storage_url_for(config, run_path)
-    faults.check_writable(run_path, config_mod.sqlite_file(url))
-    checkpoints = RunCheckpoints(config, run_path)  # opened, priced: before anything is written
-    return _Prepared(backend, started_s, config, gpu, first.currency, run_path, url,
-                     checkpoints, _read_prior(config, url))
-
-
-def _prior_text(prior: list) -> str:
-    """What the run header says of the curve sampler's prior ("" without one)."""
-    if not prior:
-        return ""
-    trials = sum(len(study.trials) for study in prior)
-    return f" (prior: {len(prior)} earlier stud{'y' if len(prior) == 1 else 'ies'}, " \
-           f"{trials} trial(s))"
-
-
-def _read_prior(config: config_mod.Config, url: str) -> list:
-    """The earlier studies ``search.prior`` names (ConfigError on a bad one, naming its
-    index; this run's own study is refused: its trials are not an earlier study's)."""
-    if not config.search.prior:
-        return []
-    from hpsearch.adapters.optuna.results import load_prior
-
-    return load_prior(config.search.prior, config.space, own=(url, config.name))
-
-
 def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
          trainable) -> RunResult:
     """:func:`run`'s work, inside the process state it restores."""
     from hpsearch.money.ledger import Ledger
 
     out = emit or (lambda line: None)
-    ready = _prepare(source, overrides, run_dir, backend, trainable, out)
+    ready = prepare(source, overrides, run_dir, backend, trainable, out)
     config, run_path = ready.config, ready.run_path
     # The lock comes first, so that a second driver is refused at once, before it
     # starts Ray or reads anything. A run dir made only to hold it is removed again if
@@ -486,7 +403,7 @@ def _nothing_left_text(finished: int, n_trials: int) -> str:
             f"({n_trials}); raise it with --set search.n_trials=N to run more.")
 
 
-def _nothing_to_run(ready: _Prepared, study, ledger, out: Callable[[str], None]) -> RunResult:
+def _nothing_to_run(ready: Prepared, study, ledger, out: Callable[[str], None]) -> RunResult:
     """A continued study whose trials are all finished: say so and what it holds, from
     the study and the ledger alone (the report already written is left as it is)."""
     from hpsearch.money.statement import statement
@@ -514,7 +431,7 @@ def _nothing_to_run(ready: _Prepared, study, ledger, out: Callable[[str], None])
                     report=False)
 
 
-def _fit_to_cluster(ready: _Prepared, ray, ray_session: _RaySession) -> tuple[Any, int]:
+def _fit_to_cluster(ready: Prepared, ray, ray_session: _RaySession) -> tuple[Any, int]:
     """``(trial price, concurrency)`` on the Ray the run got, after checking that a
     trial fits one of its nodes and that every node reaches the checkpoints: all before
     anything is spent."""
@@ -530,7 +447,7 @@ def _fit_to_cluster(ready: _Prepared, ray, ray_session: _RaySession) -> tuple[An
     return price, concurrency
 
 
-def _search(ready: _Prepared, price, ledger, continuing: bool, concurrency: int,
+def _search(ready: Prepared, price, ledger, continuing: bool, concurrency: int,
             signals: Signals, out: Callable[[str], None],
             progress_interval_s: float) -> RunResult:
     """The search itself, with the run's signal handlers and log file in place; Ctrl-C
@@ -572,26 +489,6 @@ def _billing_terms(price) -> str:
     minimum = (f", at least {price.min_billing_s} s per rental"
                if price.min_billing_s > price.billing_granularity_s else "")
     return f"billed {unit}{minimum}"
-
-#: Stands in for the ``trainable`` key while a config given a function object validates.
-_FUNCTION_PLACEHOLDER = "hpsearch.spec.trainable:function_object"
-
-
-def _load_config(source, overrides, trainable) -> config_mod.Config:
-    """Load the config; ``trainable`` (a path or a function) replaces its key."""
-    import dataclasses
-
-    if trainable is None:
-        return config_mod.load(source, overrides)
-    raw = dict(source) if isinstance(source, Mapping) else config_mod.read_yaml(source)
-    raw = config_mod.apply_overrides(raw, overrides)
-    if not callable(trainable):
-        raw["trainable"] = trainable
-        return config_mod.validate(raw)
-    from hpsearch.spec.trainable import display_name
-
-    raw["trainable"] = _FUNCTION_PLACEHOLDER
-    return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))
 
 
 def trial_spec(config: config_mod.Config, run_path: Path,
@@ -829,7 +726,7 @@ class _Session:
             ("max_wall_s", budget.max_wall_s)) if value is not None) or "none"
         out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
             f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}, "
-            f"sampler: {config.search.sampler}{_prior_text(self.prior)}")
+            f"sampler: {config.search.sampler}{prior_text(self.prior)}")
         out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
             f"{fmt_money(price.instance_per_hour, price.currency)}/node-hour, "
             f"{_billing_terms(price)}; a trial pays its share "
