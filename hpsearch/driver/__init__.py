@@ -23,7 +23,6 @@ trial resumable (exit 75); a study belongs to the run dir whose ledger holds its
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -32,8 +31,8 @@ from typing import Any, Callable, Mapping
 
 from hpsearch import keys
 from hpsearch.trials import TrialState
-from hpsearch.core.placement import check_fits
 from hpsearch.driver.backend import LightningBackend
+from hpsearch.driver.cluster import RaySession, fit_to_cluster, trial_demand
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
 from hpsearch.driver.ownership import check_existing_study, check_owner
@@ -82,74 +81,6 @@ class RunResult:
     kept: float = 0.0
     wasted: float = 0.0
     idle: float = 0.0
-
-
-def _concurrency(config: config_mod.Config, resources: Mapping[str, float]) -> int:
-    """Trials at once: as configured, else as many as the cluster's resources hold."""
-    if config.search.concurrency is not None:
-        return config.search.concurrency
-    fits = [resources.get("CPU", 1.0) // config.resources.cpu]
-    if config.resources.gpu > 0:
-        fits.append(resources.get("GPU", 0.0) // config.resources.gpu)
-    return max(1, int(min(fits)))
-
-
-class _RaySession:
-    """Starts a local Ray (or joins ``cluster.address``); shuts down only what it started.
-
-    A local Ray listens on 127.0.0.1 only, requires a per-run token and ends with the
-    driver (:class:`hpsearch.adapters.ray.local.LocalRay`). A Ray already initialised in
-    this process (a test's or a notebook's) is used as it is.
-    """
-
-    #: ``ray.init`` arguments of every session: Ray's start-up notices are not the
-    #: user's business; real problems surface as errors or in hpsearch.log.
-    INIT = {"include_dashboard": False, "log_to_driver": False,
-            "logging_level": logging.ERROR}
-
-    def __init__(self, address: str | None):
-        self.address = address
-        self.local = None
-        self.joined = False
-
-    def __enter__(self):
-        import ray
-
-        from hpsearch.adapters.ray import local
-
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        if ray.is_initialized():
-            return ray
-        if self.address is None:
-            try:
-                self.local = local.LocalRay(**self.INIT).start()
-            except (ConnectionError, RuntimeError, OSError, ValueError) as exc:
-                raise HpsearchError(local.start_failure(exc)) from None
-            return ray
-        try:
-            local.connect(self.address, **self.INIT)
-        except (ConnectionError, RuntimeError, ValueError,
-                ray.exceptions.AuthenticationError) as exc:
-            raise ConfigError("cluster.address", local.join_failure(exc),
-                              self.address) from None
-        self.joined = True
-        return ray
-
-    def is_cluster(self, nodes: list[dict[str, Any]]) -> bool:
-        """Whether trials may run on other machines: a cluster joined at
-        ``cluster.address``, or a Ray initialised before the run with several nodes (a
-        local run's own Ray is this machine alone)."""
-        if self.local is not None:
-            return False
-        return self.joined or sum(1 for n in nodes if n.get("Alive")) > 1
-
-    def __exit__(self, *exc_info) -> None:
-        if self.local is not None:
-            self.local.stop()
-        elif self.joined:
-            import ray
-
-            ray.shutdown()
 
 
 def _next_session(tune_dir: Path) -> str:
@@ -256,35 +187,6 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _demand(config: config_mod.Config):
-    from hpsearch.money.nodes import Demand
-
-    return Demand(config.resources.cpu, config.resources.gpu)
-
-
-def _trial_price(config: config_mod.Config, price, nodes: list[dict[str, Any]]):
-    """The run's price with a trial's share of its node as Ray divides it: the trial's
-    GPUs (or CPUs) over those of the largest node it fits, which is what it is billed
-    (see :meth:`hpsearch.money.nodes.Demand.share`); ``price`` unchanged without one."""
-    import dataclasses
-
-    from hpsearch.money.nodes import from_ray
-
-    demand = _demand(config)
-    specs = [spec for n in nodes if (spec := from_ray(n, price)) is not None
-             and demand.fits(spec)]
-    if not specs:
-        return price
-    largest = max(specs, key=lambda n: (n.gpus, n.cpus))
-    share = demand.share(largest)
-    return dataclasses.replace(price, share=share, per_hour=price.instance_per_hour * share)
-
-
-def _largest_node_cpus(nodes: list[dict[str, Any]]) -> float | None:
-    cpus = [n.get("Resources", {}).get("CPU", 0.0) for n in nodes if n.get("Alive")]
-    return max(cpus) if cpus else None
-
-
 def run(
     source: str | Path | Mapping[str, Any],
     overrides: Mapping[str, Any] | list[str] | None = None,
@@ -360,9 +262,9 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
             # Nothing to run: no Ray started, no node rented, nothing billed.
             started = True
             return _nothing_to_run(ready, finished, ledger, out)
-        ray_session = _RaySession(config.cluster.address)
+        ray_session = RaySession(config.cluster.address)
         with ray_session as ray:
-            price, concurrency = _fit_to_cluster(ready, ray, ray_session)
+            price, concurrency = fit_to_cluster(ready, ray, ray_session)
             started = True
             return _search(ready, price, ledger, continuing, concurrency, signals, out,
                            progress_interval_s)
@@ -429,22 +331,6 @@ def _nothing_to_run(ready: Prepared, study, ledger, out: Callable[[str], None]) 
     out(_nothing_left_text(finished, config.search.n_trials))
     return _summary(config, out, study, money, ready.currency, run_path, ready.url,
                     report=False)
-
-
-def _fit_to_cluster(ready: Prepared, ray, ray_session: _RaySession) -> tuple[Any, int]:
-    """``(trial price, concurrency)`` on the Ray the run got, after checking that a
-    trial fits one of its nodes and that every node reaches the checkpoints: all before
-    anything is spent."""
-    from hpsearch.money import pricing
-
-    config = ready.config
-    nodes = ray.nodes()
-    check_fits(config, nodes)
-    price = _trial_price(config, pricing.resolve(
-        config, node_cpus=_largest_node_cpus(nodes), gpu=ready.gpu), nodes)
-    concurrency = _concurrency(config, ray.cluster_resources())
-    ready.checkpoints.check(nodes if ray_session.is_cluster(nodes) else None)
-    return price, concurrency
 
 
 def _search(ready: Prepared, price, ledger, continuing: bool, concurrency: int,
@@ -576,7 +462,7 @@ class _Session:
         self.out = out
         self.backend = backend
         self.accountant = Accountant(price, config.budget, ledger, config.max_epochs,
-                                     backend.clock, demand=_demand(config),
+                                     backend.clock, demand=trial_demand(config),
                                      fleet=Fleet.HELD, tail_s=WRAP_UP_S)
         #: When the run started (the backend's clock): its nodes are billed from here.
         self.started_s = backend.clock() if started_s is None else started_s
