@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from hpsearch import driver
+from hpsearch.driver import nothing
 from hpsearch.money.ledger import Ledger
 from hpsearch.money.nodes import NodeSpec
 from hpsearch.spec import config as config_mod
@@ -37,11 +37,11 @@ def test_a_rerun_with_nothing_left_bills_nothing_and_settles_a_killed_drivers_no
     killed.rent(NodeSpec("n", "local:local-cpu", False, 3.6, "USD", cpus=2), 1000.0)
     killed.alive(1010.0, every_s=0.0)
     ledger = Ledger(path, currency="USD")
-    study = driver._finished_study(config, url, ledger)
+    study = nothing.finished_study(config, url, ledger)
     assert study is not None
     lines: list[str] = []
     ready = SimpleNamespace(config=config, run_path=tmp_path, currency="USD", url=url)
-    result = driver._nothing_to_run(ready, study, ledger, lines.append)
+    result = nothing.nothing_to_run(ready, study, ledger, lines.append)
     assert result.spent == pytest.approx(0.01)  # 10 s at 3.6 USD/h, not a second more
     assert result.best_trial.number == 0
     assert lines[1] == ("The study already has 1 finished trial(s) >= search.n_trials (1); "
@@ -51,7 +51,7 @@ def test_a_rerun_with_nothing_left_bills_nothing_and_settles_a_killed_drivers_no
     assert not again.rented() and again.spent() == pytest.approx(0.01)
     # Said twice, the same money: nothing more is billed, nothing written.
     before = path.read_bytes()
-    assert driver._nothing_to_run(ready, study, again, lines.append).spent == pytest.approx(0.01)
+    assert nothing.nothing_to_run(ready, study, again, lines.append).spent == pytest.approx(0.01)
     assert path.read_bytes() == before
 
 
@@ -69,7 +69,7 @@ def test_a_run_with_something_left_goes_through_a_session(tmp_path, n_trials, st
     if open_trial:
         from hpsearch.money.pricing import Price
         ledger.open(0, 1000.0, Price(3.6, "USD", "local:local-cpu", False, 3.6, 1.0))
-    assert driver._finished_study(config, url, ledger) is None
+    assert nothing.finished_study(config, url, ledger) is None
 
 
 def test_a_full_disk_while_settling_is_a_disk_full_error_and_loses_nothing(tmp_path,
@@ -92,7 +92,7 @@ def test_a_full_disk_while_settling_is_a_disk_full_error_and_loses_nothing(tmp_p
     monkeypatch.setattr(ledger._file, "append", full)
     ready = SimpleNamespace(config=config, run_path=tmp_path, currency="USD", url=url)
     with pytest.raises(faults.DiskFull, match="disk full"):
-        driver._nothing_to_run(ready, driver._finished_study(config, url, ledger), ledger,
+        nothing.nothing_to_run(ready, nothing.finished_study(config, url, ledger), ledger,
                                lambda line: None)
     # The ledger is as the killed driver left it: the next run settles it the same way.
     assert path.read_bytes() == before

@@ -34,6 +34,7 @@ from hpsearch.driver.backend import LightningBackend
 from hpsearch.driver.cluster import RaySession, fit_to_cluster, trial_demand
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
+from hpsearch.driver.nothing import finished_study, nothing_left_text, nothing_to_run
 from hpsearch.driver.outputs import RunResult, summary
 from hpsearch.driver.ownership import check_existing_study, check_owner
 from hpsearch.driver.prepare import Prepared, prepare, prior_text
@@ -137,11 +138,11 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
         lock.acquire()
         ledger = Ledger(run_path / LEDGER_FILE, currency=ready.currency)  # reads only
         continuing = check_existing_study(config, ready.url, ledger, run_path)
-        finished = _finished_study(config, ready.url, ledger) if continuing else None
+        finished = finished_study(config, ready.url, ledger) if continuing else None
         if finished is not None:
             # Nothing to run: no Ray started, no node rented, nothing billed.
             started = True
-            return _nothing_to_run(ready, finished, ledger, out)
+            return nothing_to_run(ready, finished, ledger, out)
         ray_session = RaySession(config.cluster.address)
         with ray_session as ray:
             price, concurrency = fit_to_cluster(ready, ray, ray_session)
@@ -160,57 +161,6 @@ def _run(source, overrides, run_dir, *, emit, progress_interval_s, backend,
         raise
     finally:
         lock.release()
-
-
-def _finished_study(config: config_mod.Config, url: str, ledger) -> Any | None:
-    """The study of a continued run with nothing left to run (every trial finished, at
-    least ``search.n_trials`` of them, and no trial's interval still open in the
-    ledger), else None."""
-    import optuna
-
-    from hpsearch.adapters.optuna.study import make_storage
-
-    if ledger.open_trials():
-        return None  # a driver died mid-trial: a session settles its trials first
-    study = optuna.load_study(study_name=config.name, storage=make_storage(url))
-    trials = study.get_trials(deepcopy=False)
-    if len(trials) < config.search.n_trials or not all(t.state.is_finished()
-                                                        for t in trials):
-        return None
-    return study
-
-
-def _nothing_left_text(finished: int, n_trials: int) -> str:
-    return (f"The study already has {finished} finished trial(s) >= search.n_trials "
-            f"({n_trials}); raise it with --set search.n_trials=N to run more.")
-
-
-def _nothing_to_run(ready: Prepared, study, ledger, out: Callable[[str], None]) -> RunResult:
-    """A continued study whose trials are all finished: say so and what it holds, from
-    the study and the ledger alone (the report already written is left as it is)."""
-    from hpsearch.money.statement import statement
-
-    config, run_path = ready.config, ready.run_path
-    finished = len(study.get_trials(deepcopy=False))
-    # Nodes a stopped driver left rented end at the last moment it was alive (as a
-    # session's start settles them); then everything is closed, and the statement is
-    # the same at any later time.
-    try:
-        with SignalsHeld():
-            ledger.close_all(0.0, FAILED, at_last_event=True)
-    except OSError as exc:
-        full = disk_full(exc, run_path, ready.url)
-        if full is None:
-            raise
-        raise full from None  # the rental stays open: the next run settles it the same way
-    last_s = max([i.until_s() for i in ledger.intervals]
-                 + [r.until_s() for r in ledger.rentals], default=0.0)
-    money = statement(ledger, last_s)
-    out(f"Continuing study '{config.name}' in {display_path(run_path)}: {finished} "
-        f"trial(s) finished, {fmt_money(money.total, ready.currency)} spent")
-    out(_nothing_left_text(finished, config.search.n_trials))
-    return summary(config, out, study, money, ready.currency, run_path, ready.url,
-                   report=False)
 
 
 def _search(ready: Prepared, price, ledger, continuing: bool, concurrency: int,
@@ -466,7 +416,7 @@ class _Session:
                 + (f"; {len(paused)} paused" if paused else ""))
         remaining = core.new_left + len(orphans) + len(stopped)
         if remaining == 0 and not paused:
-            out(_nothing_left_text(done_before, config.search.n_trials))
+            out(nothing_left_text(done_before, config.search.n_trials))
             self._close_ledger()  # its nodes are released now, not at the next session
             return None
         progress.n_trials = remaining
