@@ -37,6 +37,7 @@ from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
 from hpsearch.driver.nothing import finished_study, nothing_left_text, nothing_to_run
 from hpsearch.driver.outputs import RunResult, summary
 from hpsearch.driver.ownership import check_existing_study, check_owner
+from hpsearch.driver.policies import pruning_policy
 from hpsearch.driver.prepare import Prepared, prepare, prior_text
 from hpsearch.driver.process import ProcessState
 from hpsearch.driver.rundir import (LEDGER_FILE, default_run_dir, missing_dirs,
@@ -230,42 +231,6 @@ def trial_spec(config: config_mod.Config, run_path: Path,
     )
 
 
-def _policy(config: config_mod.Config, recorder: Any, accountant: Any):
-    """The :class:`~hpsearch.core.ports.Policy` for ``config.pruning.policy``.
-
-    Args:
-        config: The run's config.
-        recorder: The study of record (Optuna's pruners read trials from it).
-        accountant: The run's money (the cost-aware policy weighs epoch costs).
-    """
-    pruning, mode = config.pruning, config.objective.mode
-    if pruning.policy == "asha":
-        from hpsearch.adapters.ray.asha import AshaPolicy
-
-        return AshaPolicy(mode, config.max_epochs, grace_period=pruning.min_epochs,
-                          reduction_factor=pruning.reduction_factor,
-                          metric=config.objective.metric)
-    if pruning.policy == "median":
-        import optuna
-
-        from hpsearch.adapters.optuna.pruners import OptunaPolicy
-
-        pruner = optuna.pruners.MedianPruner(n_startup_trials=pruning.startup_trials,
-                                             n_warmup_steps=pruning.min_epochs)
-        return OptunaPolicy("median", pruner,
-                            source=lambda number: (recorder.study, recorder.frozen(number)),
-                            max_epochs=config.max_epochs, metric=config.objective.metric)
-    if pruning.policy == "cost_aware":
-        from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
-
-        return CostAwarePruner(CostAwarePolicy(
-            mode=mode, max_epochs=config.max_epochs, min_epochs=pruning.min_epochs,
-            aggressiveness=pruning.aggressiveness), accountant, recorder.resume_chooser())
-    from hpsearch.pruning.none import NoPruning
-
-    return NoPruning()
-
-
 class _Session:
     """One invocation of ``run`` on a run dir: builds the search core, wires the Ray
     adapters around it and runs the Tuner.
@@ -363,8 +328,9 @@ class _Session:
         self.accountant.watch_nodes(placement.billed_nodes, since_s=self.started_s)
         core = SearchCore(
             study=recorder, accountant=self.accountant,
-            policy=_policy(config, recorder, self.accountant), max_epochs=config.max_epochs,
-            new_trials=0, max_failures=config.search.max_failures,
+            policy=pruning_policy(config, recorder, self.accountant),
+            max_epochs=config.max_epochs, new_trials=0,
+            max_failures=config.search.max_failures,
             max_restarts=config.preemption.max_restarts, placement=placement,
             fail_fast=config.search.fail_fast, trial_log=self._trial_log,
             listener=SessionListener(progress, lambda level, line: log.log(level, "%s", line)),
