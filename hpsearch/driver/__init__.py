@@ -42,31 +42,17 @@ from hpsearch.driver.prepare import Prepared, prepare, prior_text
 from hpsearch.driver.process import ProcessState
 from hpsearch.driver.rundir import (LEDGER_FILE, default_run_dir, missing_dirs,
                                     storage_url_for, trial_log_path, undo_start)
-from hpsearch.errors import ConfigError, RunAborted, RunFailed, RunInterrupted
+from hpsearch.driver.tuner import TunerBuilder
+from hpsearch.errors import RunAborted, RunFailed, RunInterrupted
 from hpsearch.money.fmt import fmt_money
 from hpsearch.money.ledger_entries import FAILED
 from hpsearch.recovery import faults
 from hpsearch.report.progress import Progress, display_path, display_url
-from hpsearch.spec import config as config_mod
 
 log = logging.getLogger("hpsearch")
 
 __all__ = ["run", "RunResult", "RunAborted", "RunFailed", "RunInterrupted",
            "LightningBackend", "default_run_dir", "storage_url_for"]
-
-
-def _next_session(tune_dir: Path) -> str:
-    n = 1
-    while (tune_dir / f"session-{n}").exists():
-        n += 1
-    return f"session-{n}"
-
-
-def _trial_dirname(trial: Any) -> str:
-    """Tune folders named after the Optuna trial: ``trial-0007-<ray id>``."""
-    from hpsearch.adapters.trial.runner import trial_name
-
-    return f"{trial_name(int(trial.config.get(keys.TRIAL_NUMBER, -1)))}-{trial.trial_id}"
 
 
 def run(
@@ -206,29 +192,6 @@ def _billing_terms(price) -> str:
     minimum = (f", at least {price.min_billing_s} s per rental"
                if price.min_billing_s > price.billing_granularity_s else "")
     return f"billed {unit}{minimum}"
-
-
-def trial_spec(config: config_mod.Config, run_path: Path,
-               function: Callable[..., Any] | None = None, checkpoint_url: str | None = None,
-               storage_probe: Any = None) -> Any:
-    """What every trial process of this run is sent (see ``runner.TrialSpec``);
-    ``function``: the build function given as an object to ``run(trainable=...)``;
-    ``checkpoint_url``: where the trials' stores are (default the run dir's
-    ``checkpoints/``); ``storage_probe``: the token a trial reads before it trains."""
-    from hpsearch.adapters.trial import runner
-
-    preemption = config.preemption
-    rate = preemption.rate_per_hour
-    if rate is None:
-        rate = preemption.simulate.rate_per_hour
-    return runner.TrialSpec(
-        config=config,
-        log_dir=str(run_path / "logs"),
-        checkpoint_url=checkpoint_url or str(run_path / "checkpoints"),
-        storage_probe=storage_probe,
-        mtbp_s=3600.0 / rate if rate else None,
-        trainable_fn=function,
-    )
 
 
 class _Session:
@@ -387,7 +350,9 @@ class _Session:
             return None
         progress.n_trials = remaining
         self._announce(concurrency, remaining)
-        tuner = self._tuner(core, recorder, placement, Attempts(), progress, concurrency)
+        builder = TunerBuilder(config, self.run_path, self.backend, self.checkpoints,
+                               self._heartbeat(recorder))
+        tuner = builder.tuner(core, recorder, placement, Attempts(), progress, concurrency)
         stdout, sys.stdout = sys.stdout, WorkerDeathNotices(sys.stdout)
         try:
             tuner.fit()
@@ -441,105 +406,6 @@ class _Session:
         recorder.study.set_user_attr(keys.ATTR_SPENT, money.total)
         self._money_written_s = money.at_s
         return money
-
-    def _tuner(self, core, recorder, placement, attempts, progress, concurrency: int):
-        """The Tuner: the core behind a searcher, a scheduler and a callback."""
-        from ray import tune
-        from ray.tune.search import ConcurrencyLimiter
-
-        from hpsearch.adapters.ray.tune import (AbortStopper, CoreScheduler, CoreSearcher,
-                                                trial_resources)
-
-        config = self.config
-        metric, mode = config.objective.metric, config.objective.mode
-        checkpoints = self.checkpoints
-        # The limiter Tune would put around the searcher for max_concurrent_trials, held
-        # here so the callback can free the slot of an attempt Tune ends untold.
-        searcher = ConcurrencyLimiter(
-            CoreSearcher(core, attempts, metric, mode, recorder.set_attrs),
-            max_concurrent=concurrency)
-        callback, injector = self._callback(core, recorder, placement, attempts, progress,
-                                            searcher.on_trial_complete)
-        spec = trial_spec(config, self.run_path,
-                          getattr(self.backend, "function", None),
-                          checkpoint_url=checkpoints.trials_url,
-                          storage_probe=(checkpoints.probe.trial_token
-                                         if checkpoints.probe is not None else None))
-        trainable = tune.with_resources(
-            tune.with_parameters(self.backend.trainable(spec), spec=spec),
-            trial_resources(placement, {"cpu": config.resources.cpu,
-                                        "gpu": config.resources.gpu}),
-        )
-        # Tune's experiment (per-attempt results, error files) stays in the run dir on
-        # the driver's disk, even on a cluster without a shared disk: hpsearch never
-        # restores from it (a continued run rebuilds from the study, the ledger and the
-        # trials' checkpoints), trials report no Tune checkpoints, and the controller
-        # that writes it runs here.
-        tune_dir = self.run_path / "tune"
-        return tune.Tuner(
-            trainable,
-            param_space={},
-            tune_config=tune.TuneConfig(
-                metric=metric, mode=mode,
-                search_alg=searcher,
-                scheduler=CoreScheduler(core, attempts, metric, placement),
-                # Restarts are new Ray trials of the same study trial: the core, not
-                # this count, says when the session is done.
-                num_samples=1_000_000,
-                reuse_actors=True,
-                trial_dirname_creator=_trial_dirname,
-            ),
-            run_config=tune.RunConfig(
-                name=_next_session(tune_dir),
-                storage_path=str(tune_dir),
-                verbose=0,
-                log_to_file=True,
-                stop=AbortStopper(core),
-                callbacks=[callback, *self.backend.callbacks(),
-                           *([injector] if injector else []),
-                           tune.logger.JsonLoggerCallback(), tune.logger.CSVLoggerCallback()],
-                # The core restarts trials itself: a preemption must not use up a
-                # failure retry, and checkpoints live in the run dir.
-                failure_config=tune.FailureConfig(max_failures=0),
-            ),
-        )
-
-    def _callback(self, core, recorder, placement, attempts, progress, forget):
-        """``(the core's Tune callback, the simulated-preemption injector or None)``; the
-        callback asks the storage guard about nodes that join (if checkpoints have one)
-        and frees an untold attempt's concurrency slot with ``forget``."""
-        from hpsearch.adapters.trial import runner
-        from hpsearch.adapters.ray.preemption import PreemptionCallback
-        from hpsearch.adapters.ray.tune import CoreCallback, node_died
-        from hpsearch.recovery.preemption import SimulatedPreemptions
-
-        checkpoints = self.checkpoints
-        preemption = self.config.preemption
-        simulated = SimulatedPreemptions(preemption.simulate.rate_per_hour,
-                                         preemption.simulate.at, self.config.search.seed)
-        injector = None
-        if simulated.rate_per_hour > 0 or simulated.at:
-            injector = PreemptionCallback(simulated, attempts.number, preemption.simulate.signal)
-
-        def note(number: int, trial_id: str) -> dict | None:
-            return checkpoints.preempted_note(runner.trial_name(number), trial_id)
-
-        def give_up(reason: str) -> None:
-            if core.abort is None:
-                core.abort = ConfigError("checkpoint.storage", reason)
-
-        def warn(line: str) -> None:
-            progress.emit(line)
-            log.warning("%s", line.strip())
-
-        guard = checkpoints.guard(placement, warn, give_up)
-        callback = CoreCallback(core, attempts, note, injector, progress.tick,
-                                progress.checkpoint_fallback, self._heartbeat(recorder),
-                                lambda number: checkpoints.trial(runner.trial_name(number)),
-                                refused=guard.judge if guard is not None else None,
-                                step=guard.poll if guard is not None else None,
-                                node_gone=node_died, forget=forget)
-        return callback, injector
 
     def _close(self, core, progress: Progress) -> RunFailed | None:
         """End the session in the core; raise if it was stopped early, interrupted or
