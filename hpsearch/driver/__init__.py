@@ -42,6 +42,7 @@ from hpsearch.driver.prepare import Prepared, prepare, prior_text
 from hpsearch.driver.process import ProcessState
 from hpsearch.driver.rundir import (LEDGER_FILE, default_run_dir, missing_dirs,
                                     storage_url_for, trial_log_path, undo_start)
+from hpsearch.driver.studymoney import StudyMoney
 from hpsearch.driver.tuner import TunerBuilder
 from hpsearch.errors import RunAborted, RunFailed, RunInterrupted
 from hpsearch.money.fmt import fmt_money
@@ -177,8 +178,6 @@ def _search(ready: Prepared, price, ledger, continuing: bool, concurrency: int,
         raise full from None
 
 
-#: Seconds between two copies of the ledger's statement into the study during a run.
-MONEY_EVERY_S = 30.0
 #: Seconds the run's nodes are expected to stay rented after its last trial ends (Tune
 #: noticing the end, the session closing), counted by the budget (measured on a shared
 #: 2-core machine: 0.1-0.3 s from the last trial's end to the release).
@@ -230,7 +229,6 @@ class _Session:
         #: The budget closed the session (more money continues it).
         self.budget_closed = False
         self.signals = signals or Signals()
-        self._money_written_s: float | None = None
         self.checkpoints = checkpoints or RunCheckpoints(config, run_path)
         self.prior = prior or []
 
@@ -243,6 +241,7 @@ class _Session:
         (self.run_path / "space.yaml").write_text(
             yaml.safe_dump(config.to_dict(), sort_keys=False))
         recorder = StudyRecorder(config, self.url, self.prior)
+        self.money = StudyMoney(self.accountant, recorder)
         ledger = self.accountant.ledger
         failing = True
         try:
@@ -267,7 +266,7 @@ class _Session:
             return result
         finally:
             try:
-                self._write_money(recorder)
+                self.money.write()
             except Exception:
                 if not failing:
                     raise
@@ -351,7 +350,7 @@ class _Session:
         progress.n_trials = remaining
         self._announce(concurrency, remaining)
         builder = TunerBuilder(config, self.run_path, self.backend, self.checkpoints,
-                               self._heartbeat(recorder))
+                               self.money.beat)
         tuner = builder.tuner(core, recorder, placement, Attempts(), progress, concurrency)
         stdout, sys.stdout = sys.stdout, WorkerDeathNotices(sys.stdout)
         try:
@@ -388,24 +387,6 @@ class _Session:
                 f"{self.checkpoints.price.key})")
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
-
-    def _heartbeat(self, recorder) -> Callable[[], None]:
-        """What runs after each controller step: the ledger's alive event and node watch,
-        and now and then the study's copy of the money (``money``, ``spent``)."""
-        def beat() -> None:
-            now = self.accountant.heartbeat()
-            if self._money_written_s is None or now - self._money_written_s >= MONEY_EVERY_S:
-                self._write_money(recorder)
-
-        return beat
-
-    def _write_money(self, recorder):
-        """Copy the ledger's statement into the study (what ``hpsearch report`` reads)."""
-        money = self.accountant.statement()
-        recorder.study.set_user_attr(keys.ATTR_MONEY, money.attrs())
-        recorder.study.set_user_attr(keys.ATTR_SPENT, money.total)
-        self._money_written_s = money.at_s
-        return money
 
     def _close(self, core, progress: Progress) -> RunFailed | None:
         """End the session in the core; raise if it was stopped early, interrupted or
@@ -482,7 +463,7 @@ class _Session:
     def _summarise(self, recorder) -> RunResult:
         study = recorder.study
         # The report is written from this same copy in the study: the two agree.
-        money = self._write_money(recorder)
+        money = self.money.write()
         stopped_early = None
         if self.stop_reason:
             hint = (" Raise the budget and run the same command again to continue the "
