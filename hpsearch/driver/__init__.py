@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping
 from hpsearch import keys
 from hpsearch.trials import TrialState
 from hpsearch.driver.backend import LightningBackend
+from hpsearch.driver.closing import SessionEnd
 from hpsearch.driver.cluster import RaySession, fit_to_cluster, trial_demand
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
@@ -225,10 +226,9 @@ class _Session:
         self.started_s = backend.clock() if started_s is None else started_s
         #: What earlier sessions spent (before this one rented anything).
         self.spent_before = 0.0
-        self.stop_reason: str | None = None
-        #: The budget closed the session (more money continues it).
-        self.budget_closed = False
         self.signals = signals or Signals()
+        self.end = SessionEnd(self.accountant, backend.clock, run_path, url, self.signals,
+                              out)
         self.checkpoints = checkpoints or RunCheckpoints(config, run_path)
         self.prior = prior or []
 
@@ -345,7 +345,7 @@ class _Session:
         remaining = core.new_left + len(orphans) + len(stopped)
         if remaining == 0 and not paused:
             out(nothing_left_text(done_before, config.search.n_trials))
-            self._close_ledger()  # its nodes are released now, not at the next session
+            self.end.close_ledger()  # its nodes are released now, not at the next session
             return None
         progress.n_trials = remaining
         self._announce(concurrency, remaining)
@@ -356,13 +356,13 @@ class _Session:
         try:
             tuner.fit()
         except BaseException as exc:
-            self._stopped_by(exc, core)
+            self.end.stopped_by(exc, core)
             raise
         finally:
             sys.stdout = stdout
         with SignalsHeld():
             out(progress.status())
-        return self._close(core, progress)
+        return self.end.close(core, progress)
 
     def _announce(self, concurrency: int, remaining: int) -> None:
         config, out, price = self.config, self.out, self.price
@@ -388,92 +388,20 @@ class _Session:
         log.info("session start: %d trials, concurrency %d, price %s", remaining,
                  concurrency, price)
 
-    def _close(self, core, progress: Progress) -> RunFailed | None:
-        """End the session in the core; raise if it was stopped early, interrupted or
-        halted by a full disk; return the error to raise after the summary when no trial
-        completed."""
-        halted = core.halt_reason is not None
-        interrupted = core.abort is None and (halted or bool(core.live))
-        with SignalsHeld():
-            leftover = core.close(interrupted=interrupted)
-        if halted:
-            # A trial could not write its checkpoint: it and the others stay resumable.
-            self._close_ledger()
-            raise faults.DiskFull(core.halt_reason, self.run_path)
-        with SignalsHeld():
-            self.accountant.ledger.close_all(self.backend.clock(), FAILED)
-        self.stop_reason = core.stop_reason
-        self.budget_closed = (core.closed_by_budget
-                              or self.accountant.run_stop_reason() is not None)
-        if core.abort is not None:
-            raise core.abort
-        if interrupted:
-            raise RunInterrupted(interrupted_text(self.run_path, len(leftover)),
-                                 self.signals.exit_code)
-        return self._failures(progress, core.failures)
-
-    def _failures(self, progress: Progress, failures: list) -> RunFailed | None:
-        """Say how many trials of the session failed and where their logs are; the
-        error to raise when none completed (after the summary is written)."""
-        from hpsearch.core.failures import SessionOutcome, logs_line, session_verdict
-
-        tally = progress.tally
-        line = progress.failures_line(logs_line(failures))
-        if line:
-            self.out(line)
-        if session_verdict(tally.complete, tally.pruned + tally.budget_stopped, tally.failed) \
-                is SessionOutcome.ALL_FAILED:
-            first = next((f for f in failures if f.log), failures[0] if failures else None)
-            detail = ""
-            if first is not None:
-                detail = f"; trial {first.number}: {first.error}" + (
-                    f" (traceback in {first.log})" if first.log else "")
-            return RunFailed(f"no trial completed: {tally.failed} failed{detail}")
-        return None
-
-    def _close_ledger(self) -> bool:
-        """Close every open interval now, as failed (their work since the last
-        checkpoint is lost: they resume from it). False if the ledger could not be
-        written (a full disk): the next run closes them at their last alive event."""
-        with SignalsHeld():
-            try:
-                self.accountant.ledger.close_all(self.backend.clock(), FAILED)
-                return True
-            except OSError:
-                log.warning("could not close the ledger's open intervals", exc_info=True)
-                return False
-
-    def _stopped_by(self, exc: BaseException, core) -> None:
-        """``tuner.fit()`` raised: a second Ctrl-C/SIGTERM, a full disk, or a bug.
-
-        The trials that were running stay unfinished in the study (the next run resumes
-        them) and their intervals are closed now, so no money goes unbilled. Raises the
-        error to report (RunInterrupted, DiskFull) or returns to let ``exc`` propagate.
-        """
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        full = None if interrupted else disk_full(exc, self.run_path, self.url)
-        self._close_ledger()
-        if interrupted:
-            unfinished = len(core.close(interrupted=True))
-            raise RunInterrupted(interrupted_text(self.run_path, unfinished),
-                                 self.signals.exit_code) from None
-        if full is not None:
-            raise full from None
-
     def _summarise(self, recorder) -> RunResult:
         study = recorder.study
         # The report is written from this same copy in the study: the two agree.
         money = self.money.write()
         stopped_early = None
-        if self.stop_reason:
+        if self.end.stop_reason:
             hint = (" Raise the budget and run the same command again to continue the "
-                    "study" if self.budget_closed else "")
+                    "study" if self.end.budget_closed else "")
             stopped = sum(1 for t in study.get_trials(deepcopy=False)
                           if t.user_attrs.get(keys.ATTR_LIFECYCLE) == TrialState.BUDGET_STOPPED.value
                           and not t.state.is_finished())
             if hint and stopped:
                 hint += (f": its {stopped} trial(s) stopped by budget resume first, from "
                          f"their checkpoints")
-            stopped_early = f"Stopped early: {self.stop_reason}.{hint + '.' if hint else ''}"
+            stopped_early = f"Stopped early: {self.end.stop_reason}.{hint + '.' if hint else ''}"
         return summary(self.config, self.out, study, money, self.price.currency,
-                       self.run_path, self.url, self.stop_reason, stopped_early)
+                       self.run_path, self.url, self.end.stop_reason, stopped_early)
