@@ -36,7 +36,7 @@ from hpsearch.driver.cluster import RaySession, fit_to_cluster, trial_demand
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
 from hpsearch.driver.nothing import finished_study, nothing_left_text, nothing_to_run
-from hpsearch.driver.outputs import RunResult, summary
+from hpsearch.driver.outputs import RunResult, stopped_early_text, summary
 from hpsearch.driver.ownership import check_existing_study, check_owner
 from hpsearch.driver.policies import pruning_policy
 from hpsearch.driver.prepare import Prepared, prepare, prior_text
@@ -392,16 +392,7 @@ class _Session:
         study = recorder.study
         # The report is written from this same copy in the study: the two agree.
         money = self.money.write()
-        stopped_early = None
-        if self.end.stop_reason:
-            hint = (" Raise the budget and run the same command again to continue the "
-                    "study" if self.end.budget_closed else "")
-            stopped = sum(1 for t in study.get_trials(deepcopy=False)
-                          if t.user_attrs.get(keys.ATTR_LIFECYCLE) == TrialState.BUDGET_STOPPED.value
-                          and not t.state.is_finished())
-            if hint and stopped:
-                hint += (f": its {stopped} trial(s) stopped by budget resume first, from "
-                         f"their checkpoints")
-            stopped_early = f"Stopped early: {self.end.stop_reason}.{hint + '.' if hint else ''}"
+        stopped_early = stopped_early_text(study, self.end.stop_reason,
+                                           self.end.budget_closed)
         return summary(self.config, self.out, study, money, self.price.currency,
                        self.run_path, self.url, self.end.stop_reason, stopped_early)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpsearch import keys
+from hpsearch.core.lifecycle import TrialState
 from hpsearch.errors import HpsearchError
 from hpsearch.report.progress import display_path, display_url, top_table
 from hpsearch.spec import config as config_mod
@@ -97,6 +98,22 @@ def summary(config: config_mod.Config, out: Callable[[str], None], study, money,
                      storage_url=url, spent=money.total, currency=currency,
                      stop_reason=stop_reason, kept=money.kept,
                      wasted=money.wasted, idle=money.idle)
+
+
+def stopped_early_text(study, stop_reason: str | None, budget_closed: bool) -> str | None:
+    """The line saying why a session stopped before ``search.n_trials`` (None if it did
+    not), with how to continue when the budget closed it (``budget_closed``)."""
+    if not stop_reason:
+        return None
+    hint = (" Raise the budget and run the same command again to continue the "
+            "study" if budget_closed else "")
+    stopped = sum(1 for t in study.get_trials(deepcopy=False)
+                  if t.user_attrs.get(keys.ATTR_LIFECYCLE) == TrialState.BUDGET_STOPPED.value
+                  and not t.state.is_finished())
+    if hint and stopped:
+        hint += (f": its {stopped} trial(s) stopped by budget resume first, from "
+                 f"their checkpoints")
+    return f"Stopped early: {stop_reason}.{hint + '.' if hint else ''}"
 
 
 def _pauses(study) -> str | None:
