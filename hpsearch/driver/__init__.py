@@ -32,6 +32,7 @@ from hpsearch import keys
 from hpsearch.trials import TrialState
 from hpsearch.driver.backend import LightningBackend
 from hpsearch.driver.closing import SessionEnd
+from hpsearch.driver.header import SessionHeader
 from hpsearch.driver.cluster import RaySession, fit_to_cluster, trial_demand
 from hpsearch.driver.interrupts import Signals, SignalsHeld, disk_full, interrupted_text
 from hpsearch.driver.logs import WorkerDeathNotices, attach_log, detach_log
@@ -39,7 +40,7 @@ from hpsearch.driver.nothing import finished_study, nothing_left_text, nothing_t
 from hpsearch.driver.outputs import RunResult, stopped_early_text, summary
 from hpsearch.driver.ownership import check_existing_study, check_owner
 from hpsearch.driver.policies import pruning_policy
-from hpsearch.driver.prepare import Prepared, prepare, prior_text
+from hpsearch.driver.prepare import Prepared, prepare
 from hpsearch.driver.process import ProcessState
 from hpsearch.driver.rundir import (LEDGER_FILE, default_run_dir, missing_dirs,
                                     storage_url_for, trial_log_path, undo_start)
@@ -49,7 +50,7 @@ from hpsearch.errors import RunAborted, RunFailed, RunInterrupted
 from hpsearch.money.fmt import fmt_money
 from hpsearch.money.ledger_entries import FAILED
 from hpsearch.recovery import faults
-from hpsearch.report.progress import Progress, display_path, display_url
+from hpsearch.report.progress import Progress, display_path
 
 log = logging.getLogger("hpsearch")
 
@@ -185,15 +186,6 @@ def _search(ready: Prepared, price, ledger, continuing: bool, concurrency: int,
 WRAP_UP_S = 1.0
 
 
-def _billing_terms(price) -> str:
-    """``billed per second, at least 60 s per rental``."""
-    unit = ("per second" if price.billing_granularity_s <= 1
-            else f"per {price.billing_granularity_s} s")
-    minimum = (f", at least {price.min_billing_s} s per rental"
-               if price.min_billing_s > price.billing_granularity_s else "")
-    return f"billed {unit}{minimum}"
-
-
 class _Session:
     """One invocation of ``run`` on a run dir: builds the search core, wires the Ray
     adapters around it and runs the Tuner.
@@ -231,6 +223,8 @@ class _Session:
                               out)
         self.checkpoints = checkpoints or RunCheckpoints(config, run_path)
         self.prior = prior or []
+        self.header = SessionHeader(config, price, run_path, url, self.checkpoints,
+                                    self.prior, out)
 
     def run(self, continuing: bool, concurrency: int, progress_interval_s: float) -> RunResult:
         import yaml
@@ -327,28 +321,21 @@ class _Session:
         them completed (a run stopped early raises at once)."""
         from hpsearch.adapters.ray.tune import Attempts
 
-        config, out, price = self.config, self.out, self.price
+        config, out = self.config, self.out
         progress = self._progress(progress_interval_s)
         core, placement, orphans, done_before = self._core(recorder, progress)
         paused = core.trials.in_state(TrialState.PAUSED)
         stopped = list(core.budget_stopped)
         if continuing and (done_before or orphans):
-            out(f"Continuing study '{config.name}' in {display_path(self.run_path)}: "
-                f"{done_before - len(paused) - len(stopped)} trial(s) finished, "
-                f"{fmt_money(self.spent_before, price.currency)} spent"
-                + (f"; resuming {len(orphans)} unfinished trial(s) "
-                   f"({', '.join(map(str, orphans))}) from their checkpoints"
-                   if orphans else "")
-                + (f"; {len(stopped)} stopped by budget ({', '.join(map(str, stopped))}) "
-                   f"resume first from their checkpoints, as money allows" if stopped else "")
-                + (f"; {len(paused)} paused" if paused else ""))
+            self.header.continuing(done_before, orphans, stopped, len(paused),
+                                   self.spent_before)
         remaining = core.new_left + len(orphans) + len(stopped)
         if remaining == 0 and not paused:
             out(nothing_left_text(done_before, config.search.n_trials))
             self.end.close_ledger()  # its nodes are released now, not at the next session
             return None
         progress.n_trials = remaining
-        self._announce(concurrency, remaining)
+        self.header.announce(concurrency, remaining)
         builder = TunerBuilder(config, self.run_path, self.backend, self.checkpoints,
                                self.money.beat)
         tuner = builder.tuner(core, recorder, placement, Attempts(), progress, concurrency)
@@ -363,30 +350,6 @@ class _Session:
         with SignalsHeld():
             out(progress.status())
         return self.end.close(core, progress)
-
-    def _announce(self, concurrency: int, remaining: int) -> None:
-        config, out, price = self.config, self.out, self.price
-        budget = config.budget
-        limits = ", ".join(f"{name} {value:g}" for name, value in (
-            ("max_cost", budget.max_cost), ("max_cost_per_trial", budget.max_cost_per_trial),
-            ("max_wall_s", budget.max_wall_s)) if value is not None) or "none"
-        out(f"Search '{config.name}': {remaining} trial(s), {concurrency} at a time, "
-            f"{config.max_epochs} epochs max, pruning: {config.pruning.policy}, "
-            f"sampler: {config.search.sampler}{prior_text(self.prior)}")
-        out(f"Pricing: {price.instance}{' (spot)' if price.spot else ''} at "
-            f"{fmt_money(price.instance_per_hour, price.currency)}/node-hour, "
-            f"{_billing_terms(price)}; a trial pays its share "
-            f"({price.share:.3g} of the node: {fmt_money(price.per_hour, price.currency)}"
-            f"/trial-hour); budget: {limits}")
-        if price.note:
-            out(f"  ({price.note})")
-        out(f"Run dir: {display_path(self.run_path)}   Study: "
-            f"{display_url(self.url, self.run_path)}")
-        if not self.checkpoints.default:
-            out(f"Checkpoints: {self.checkpoints.shown}/ (priced as "
-                f"{self.checkpoints.price.key})")
-        log.info("session start: %d trials, concurrency %d, price %s", remaining,
-                 concurrency, price)
 
     def _summarise(self, recorder) -> RunResult:
         study = recorder.study
