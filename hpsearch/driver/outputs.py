@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpsearch import keys
-from hpsearch.core.lifecycle import TrialState
 from hpsearch.errors import HpsearchError
 from hpsearch.report.progress import display_path, display_url, top_table
 from hpsearch.spec import config as config_mod
+from hpsearch.trials import TrialState
 
 log = logging.getLogger("hpsearch")
 
