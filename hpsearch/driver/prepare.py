@@ -32,7 +32,8 @@ def _check_minimum(config: config_mod.Config, price) -> None:
 
 @dataclass
 class Prepared:
-    """What :func:`_run` has checked before it takes the run dir's lock."""
+    """What :func:`~hpsearch.driver.launch.start` has checked before it takes the run
+    dir's lock."""
 
     backend: Any
     started_s: float
