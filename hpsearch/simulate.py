@@ -38,7 +38,8 @@ from hpsearch.money.budget import Accountant
 from hpsearch.spec.config import Budget
 from hpsearch.trials import TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy, Policy
-from hpsearch.core.search import SearchCore, StartKind
+from hpsearch.core.search import SearchCore
+from hpsearch.core.starts import StartKind
 from hpsearch.pruning.decisions import Decision
 from hpsearch.money.ledger import Ledger
 from hpsearch.money.nodes import Demand, Fleet, NodeSpec

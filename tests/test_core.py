@@ -11,7 +11,8 @@ from hpsearch.money.budget import Accountant
 from hpsearch.spec.config import Budget
 from hpsearch.core.lifecycle import LifecycleError, TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy, TrialHistory
-from hpsearch.core.search import SearchCore, StartKind
+from hpsearch.core.search import SearchCore
+from hpsearch.core.starts import StartKind
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.money.ledger import Ledger
 from hpsearch.money.ledger_entries import DONE, FAILED, PREEMPTED, STOPPED

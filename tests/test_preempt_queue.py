@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks import lcbench, peers
 from hpsearch import keys
-from hpsearch.core.search import SearchCore, StartKind
+from hpsearch.core.search import SearchCore
+from hpsearch.core.starts import StartKind
 from hpsearch.money.budget import Accountant
 from hpsearch.money.ledger_entries import PREEMPTED
 from hpsearch.money.nodes import Fleet

@@ -162,7 +162,8 @@ def test_a_paused_trial_killed_during_its_resumed_attempt_restarts_first(url):
     # The core keeps each trial's lifecycle in the study: paused while it waits for the
     # policy, running again once handed out. A driver that dies during the resumed
     # attempt leaves it to restart first from its checkpoint, as any running trial.
-    from hpsearch.core.search import SearchCore, StartKind
+    from hpsearch.core.search import SearchCore
+    from hpsearch.core.starts import StartKind
     from hpsearch.money.budget import Accountant
     from hpsearch.money.ledger import Ledger
     from hpsearch.money.pricing import Price

@@ -32,7 +32,8 @@ from ray.tune.stopper import Stopper
 
 from hpsearch import keys
 from hpsearch.core.ports import EpochReport
-from hpsearch.core.search import SearchCore, StartKind
+from hpsearch.core.search import SearchCore
+from hpsearch.core.starts import StartKind
 from hpsearch.pruning.decisions import Decision
 from hpsearch.errors import EXIT_CONFIG, HpsearchError
 from hpsearch.core.placement import avoid_selector
