@@ -163,7 +163,8 @@ class Ledger:
         interval = self.book.open_interval(trial)
         if interval is None or interval.startup_s is not None:
             return
-        self._record({"event": "startup", "trial": trial, "seconds": max(0.0, float(seconds))})
+        self._record({"event": "startup", "trial": trial,
+                      "seconds": max(0.0, float(seconds))})
 
     def checkpoint(self, trial: int, now_s: float) -> None:
         """Record that ``trial`` saved a checkpoint at ``now_s``."""
@@ -171,15 +172,16 @@ class Ledger:
             self._record({"event": "checkpoint", "trial": trial, "at_s": now_s})
 
     def close(self, trial: int, now_s: float, outcome: Outcome) -> Interval | None:
-        """Stop billing ``trial``; ``outcome`` says whether work since the checkpoint is lost."""
+        """Stop billing ``trial``; ``outcome`` says whether work since the checkpoint is
+        lost."""
         if outcome not in ENDED:
             raise ValueError(f"unknown outcome {outcome!r}")
         outcome = Outcome(outcome)
         interval = self.book.open_interval(trial)
         if interval is None:
             return None
-        self._record({"event": "close", "trial": trial, "at_s": max(now_s, interval.start_s),
-                      "outcome": outcome})
+        self._record({"event": "close", "trial": trial,
+                      "at_s": max(now_s, interval.start_s), "outcome": outcome})
         return interval
 
     # -- a driver that dies -------------------------------------------------------------

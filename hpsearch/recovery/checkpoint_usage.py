@@ -1,7 +1,8 @@
 """What a trial's checkpoints used: the one record of it, and one store's running tally.
 
 Pure module; the clock is injected. The record is a fact about checkpoints; its money is
-:mod:`hpsearch.money.storage`'s, which reads it (:func:`hpsearch.money.storage.storage_cost`).
+:mod:`hpsearch.money.storage`'s, which reads it
+(:func:`hpsearch.money.storage.storage_cost`).
 
 Each trial process reports what its checkpoints used so far (:class:`CheckpointUse`, the
 ``hps_ckpt_*`` result keys), counted by its store's :class:`UsageTally`: every

@@ -23,7 +23,8 @@ from hpsearch.recovery.checkpoint_layout import (FORMAT, Entry, data_name, entry
 
 
 def write_checkpoint(files: storage.Files, epoch: int, write: Callable[[Path], None],
-                     metric: float | None, meta: dict[str, Any] | None) -> tuple[Entry, int]:
+                     metric: float | None,
+                     meta: dict[str, Any] | None) -> tuple[Entry, int]:
     """Store a checkpoint of ``epoch``: ``write(folder)`` fills a local folder with its
     files, which are hashed and stored, then the manifest.
 
