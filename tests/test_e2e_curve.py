@@ -29,14 +29,14 @@ DIGITS = {
     "name": "digits-curve",
     "trainable": "hpsearch.examples.digits:build",
     "objective": {"metric": "val_acc", "mode": "max"},
-    "max_epochs": 5,
+    "max_epochs": 4,
     "space": {
         "lr": {"type": "float", "low": 1.0e-4, "high": 0.1, "log": True},
         "hidden": {"type": "int", "low": 16, "high": 128, "log": True},
         "dropout": {"type": "float", "low": 0.0, "high": 0.4, "step": 0.1},
         "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
     },
-    "search": {"sampler": "curve", "n_trials": 6, "concurrency": 2, "seed": 0},
+    "search": {"sampler": "curve", "n_trials": 5, "concurrency": 2, "seed": 0},
     "pruning": {"policy": "cost_aware"},
 }
 
@@ -57,29 +57,29 @@ def test_the_digits_example_runs_with_the_curve_sampler_and_then_from_its_prior(
                          emit=lines.append)
     assert any("sampler: curve" in line for line in lines), lines[:3]
     trials = study_of(first).get_trials()
-    assert len(trials) == 6 and all(t.state.is_finished() for t in trials)
+    assert len(trials) == 5 and all(t.state.is_finished() for t in trials)
     assert any(t.state is TrialState.COMPLETE for t in trials)
     # The model fitted and kept what it fitted on; the configurations differ.
     assert any(keys.SYSTEM_CURVE_FIT in t.system_attrs for t in trials)
-    assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == 6
+    assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == 5
     assert first.best_trial is not None and (
         first.best_trial.value > 0.8 if mode == "max" else first.best_trial.value < 0.8)
 
     # A second search of the same space starts from the first one's curves.
     lines.clear()
     second = hpsearch.run(digits(**{"name": "digits-curve-2", "objective.metric": metric,
-                                    "objective.mode": mode, "search.n_trials": 3,
+                                    "objective.mode": mode, "search.n_trials": 2,
                                     "search.prior": [str(first.run_dir)]}),
                           emit=lines.append)
-    assert any("(prior: 1 earlier study, 6 trial(s))" in line for line in lines), lines[:3]
-    assert len(study_of(second).get_trials()) == 3
+    assert any("(prior: 1 earlier study, 5 trial(s))" in line for line in lines), lines[:3]
+    assert len(study_of(second).get_trials()) == 2
 
 
 # -- a driver killed mid-search --------------------------------------------------------
 
 NAME = "curve-restart"
 EPOCHS = 4
-N_TRIALS = 6
+N_TRIALS = 5
 
 
 def scripted() -> dict:
@@ -89,7 +89,7 @@ def scripted() -> dict:
         "name": NAME, "trainable": "tests.fault_trainables:scripted_curve",
         "objective": {"metric": "score", "mode": "max"}, "max_epochs": EPOCHS,
         "space": {"quality": {"type": "float", "low": 0.05, "high": 1.0},
-                  "sleep_s": 0.4, "lr": 0.01, "hidden": 16},
+                  "sleep_s": 0.3, "lr": 0.01, "hidden": 16},
         "search": {"sampler": "curve", "n_trials": N_TRIALS, "concurrency": 1, "seed": 3},
         # Keeps everyone (no decision depends on the machine's timing).
         "pruning": {"policy": "cost_aware", "aggressiveness": 0.01},
@@ -104,7 +104,10 @@ def hpsearch_cli(folder: Path, *args: str) -> subprocess.Popen:
 
 def proposals(run: Path) -> list[float]:
     study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{run / 'optuna.db'}")
-    return [t.params["quality"] for t in sorted(study.get_trials(), key=lambda t: t.number)]
+    # A trial the driver was killed in the middle of asking has no params yet (the
+    # resumed run suggests them): None until then.
+    return [t.params.get("quality") for t in sorted(study.get_trials(),
+                                                    key=lambda t: t.number)]
 
 
 def finished(run: Path) -> int:

@@ -307,6 +307,29 @@ def test_a_resumed_study_samples_like_the_uninterrupted_one(new_sqlite, sampler,
         assert len({tuple(sorted(p.items())) for p in got}) == len(got) == 6
 
 
+@pytest.mark.parametrize("sampler", ["tpe", "random", "curve"])
+def test_a_trial_the_driver_died_asking_gets_the_params_its_ask_would_have(new_sqlite,
+                                                                        sampler):
+    """Killed between Optuna's ask and its suggestions, a driver leaves a trial without
+    params; the next session suggests them with the sampler that ask had (the study held
+    that many trials then), not one seeded by the study's count now."""
+    raw = {**RAW, "space": MIXED_SPACE, "search": {"sampler": sampler, "seed": 3}}
+    config = config_mod.load(raw)
+    straight = StudyRecorder(config, new_sqlite("straight.db"))
+    expected = ask_and_tell(straight, 12, "s")
+    straight.close()
+
+    url = new_sqlite("killed.db")
+    before = StudyRecorder(config, url)
+    got = ask_and_tell(before, 11, "a")
+    before.study.ask()  # trial 11 exists, its params not yet suggested: the kill
+    before.close()
+    after = StudyRecorder(config, url)
+    params, _seed = after.resume(11)
+    after.close()
+    assert got + [params] == expected
+
+
 def test_another_seed_gives_another_search(url):
     a = ask_and_tell(StudyRecorder(config_mod.load(RAW), url), 3, "a")
     other = config_mod.load({**RAW, "name": "other", "search": {"sampler": "random", "seed": 8}})

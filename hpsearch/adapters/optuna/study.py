@@ -265,7 +265,13 @@ class StudyRecorder:
             if not self.config.space.contains(params):
                 # The driver died while Optuna was suggesting them: suggest the rest now
                 # (params it has are returned as they are; an enqueued trial gets its
-                # fixed values) rather than let the trial run with defaults.
+                # fixed values) rather than let the trial run with defaults, with the
+                # sampler its ask had (the study held ``number`` trials then), so the
+                # continued run proposes what the uninterrupted one did.
+                self.study.sampler = make_sampler(self.config, number, self.planner)
+                # Optuna's cached storage writes a param only to a trial it has read
+                # with the study's trials (a random sampler reads none: KeyError).
+                self.study.get_trials(deepcopy=False)
                 params = self.config.space.suggest(
                     optuna.trial.Trial(self.study, self._trial_id(number)))
             return params, seed
