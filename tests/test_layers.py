@@ -5,9 +5,10 @@ imports.
   ``if TYPE_CHECKING:`` (an annotation names what a module depends on as much as a call
   does, and a cycle through annotations is still a cycle in the design).
 * :data:`LAYERS` lists the layers, lowest first; each holds units (a module, or a package
-  and everything under it). A module imports its own layer's modules and lower layers'
-  only, so the core never imports adapters or the composition roots, and a policy never
-  imports the core that drives it.
+  and everything under it); every unit holds at least one module, so a name left behind
+  by a move fails instead of placing nothing. A module imports its own layer's modules
+  and lower layers' only, so the core never imports adapters or the composition roots,
+  and a policy never imports the core that drives it.
 * No import cycle between hpsearch's modules, and none between the units of
   :data:`LAYERS` (``money -> pruning -> money`` is a cycle even when no module is on one).
 * No private name (``_x``) is imported from another module.
@@ -44,8 +45,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # Ray, Optuna, Lightning, NVML, the operating system
     ("hpsearch.adapters",),
     # composition roots and user code (the examples are trainables run by name)
-    ("hpsearch.driver", "hpsearch.checkpoints", "hpsearch.tools", "hpsearch.cli",
-     "hpsearch", "hpsearch.__main__", "hpsearch.examples"),
+    ("hpsearch.driver", "hpsearch.tools", "hpsearch.cli", "hpsearch", "hpsearch.__main__",
+     "hpsearch.examples"),
 )
 
 
@@ -124,15 +125,29 @@ def _graph() -> dict[str, set[str]]:
     return graph_of({name: imports(name) for name in MODULES})
 
 
+def holds(unit: str, module: str) -> bool:
+    """Whether ``unit`` holds ``module``: it is the module, or a package above it
+    (``hpsearch`` itself holds only its ``__init__``)."""
+    return module == unit or (unit != PACKAGE and module.startswith(unit + "."))
+
+
 def unit_of(module: str) -> tuple[int, str] | None:
     """``(layer index, unit)`` of a module (the longest unit that holds it), or None."""
     best = None
     for index, layer in enumerate(LAYERS):
         for unit in layer:
-            holds = module == unit or (unit != PACKAGE and module.startswith(unit + "."))
-            if holds and (best is None or len(unit) > len(best[1])):
+            if holds(unit, module) and (best is None or len(unit) > len(best[1])):
                 best = (index, unit)
     return best
+
+
+def unmatched_units(layers: Iterable[Iterable[str]] = LAYERS,
+                    modules: Iterable[str] = MODULES) -> list[str]:
+    """The units of ``layers`` that hold no module: a name left behind by a move, which
+    would otherwise place nothing and hide that the layers no longer say where it went."""
+    modules = set(modules)
+    return [unit for layer in layers for unit in layer
+            if not any(holds(unit, m) for m in modules)]
 
 
 def wrong_way(graph: Mapping[str, Iterable[str]]) -> list[tuple[str, str]]:
@@ -212,6 +227,10 @@ def test_every_module_has_a_layer():
     assert len(units) == len(set(units)), "a unit is in two layers"
 
 
+def test_every_unit_holds_a_module():
+    assert unmatched_units() == [], "units of LAYERS that hold no module (moved?)"
+
+
 def test_imports_go_down_the_layers():
     bad = [(name, target, [i.line for i in imports(name) if resolve(i.target) == target])
            for name, target in wrong_way(_graph())]
@@ -271,6 +290,18 @@ def test_the_layer_check_finds_an_upward_import():
     assert unit_of("hpsearch.nowhere.x") is None
     assert unit_of("hpsearch.adapters.ray.tune") == (5, "hpsearch.adapters")
     assert unit_of("hpsearch.driver.session") == (6, "hpsearch.driver")
+
+
+def test_the_unit_check_finds_a_unit_that_holds_no_module():
+    modules = ["hpsearch", "hpsearch.driver", "hpsearch.driver.checkpoints",
+               "hpsearch.money.ledger", "hpsearch.moneyed"]
+    layers = (("hpsearch.money", "hpsearch.checkpoints"),
+              ("hpsearch.driver", "hpsearch", "hpsearch.mon", "hpsearch.__main__"))
+    # "hpsearch.mon" holds nothing ("hpsearch.moneyed" is not under it); "hpsearch" holds
+    # only the package itself.
+    assert unmatched_units(layers, modules) == [
+        "hpsearch.checkpoints", "hpsearch.mon", "hpsearch.__main__"]
+    assert unmatched_units((("hpsearch",),), ["hpsearch.cli"]) == ["hpsearch"]
 
 
 def test_the_cycle_finder_finds_a_cycle():
