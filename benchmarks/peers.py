@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from hpsearch.core.lifecycle import TrialState
+from hpsearch.trials import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.none import NoPruning
 from hpsearch.spec.config import mode_sign

@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hpsearch import keys
-from hpsearch.core.lifecycle import TrialState
+from hpsearch.trials import TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy
 
 #: A hyperparameter's range: (low, high, log scale).

@@ -9,8 +9,9 @@ import pytest
 from hpsearch import keys
 from hpsearch.money.budget import Accountant
 from hpsearch.spec.config import Budget
-from hpsearch.core.lifecycle import LifecycleError, TrialState
-from hpsearch.core.ports import EpochReport, MemoryStudy, TrialHistory
+from hpsearch.core.lifecycle import LifecycleError
+from hpsearch.core.ports import EpochReport, MemoryStudy
+from hpsearch.trials import TrialHistory, TrialState
 from hpsearch.core.search import SearchCore
 from hpsearch.core.starts import StartKind
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict

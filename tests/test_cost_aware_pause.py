@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks import lcbench
-from hpsearch.core.lifecycle import TrialState
-from hpsearch.core.ports import TrialHistory
+from hpsearch.trials import TrialHistory, TrialState
 from hpsearch.pruning import cost_aware
 from hpsearch.pruning.cost_aware import Board, CostAwarePolicy, CostAwarePruner
 from hpsearch.pruning.decisions import Decision

@@ -14,7 +14,7 @@ import pytest
 from hpsearch import keys
 from hpsearch.adapters.optuna.curve_sampler import (CurveSampler, EarlierStudy,
                                                     prior_from_studies, study_curves)
-from hpsearch.core.lifecycle import TrialState as LState
+from hpsearch.trials import TrialState as LState
 from hpsearch.model.encoding import Dimension
 from hpsearch.model.planner import Planner
 

@@ -312,7 +312,7 @@ def test_a_trial_left_with_half_its_params_resumes_with_all_of_them(new_sqlite):
 
     from hpsearch.spec import config as config_mod
     from hpsearch.adapters.optuna.study import StudyRecorder
-    from hpsearch.core.lifecycle import TrialState as LState
+    from hpsearch.trials import TrialState as LState
 
     raw = {**SPACE, "space": {
         "lr": {"type": "float", "low": 1.0e-3, "high": 0.05, "log": True},

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpsearch.core.lifecycle import TrialState
+from hpsearch.trials import TrialState
 from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
 from hpsearch.pruning.decisions import Decision
 from hpsearch.simulate import Curve, simulate

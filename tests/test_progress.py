@@ -383,7 +383,8 @@ def test_failures_line_counts_the_session():
 
 
 def test_a_paused_trial_that_resumes_gets_a_line_and_is_no_longer_counted_paused():
-    from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
+    from hpsearch.core.lifecycle import Event, TrialRecord
+    from hpsearch.trials import TrialState
     from hpsearch.report.progress import SessionListener
 
     lines: list[str] = []
@@ -401,7 +402,8 @@ def test_a_paused_trial_that_resumes_gets_a_line_and_is_no_longer_counted_paused
 def test_the_driver_log_gets_a_resume_as_info_and_a_preemption_as_warning():
     import logging
 
-    from hpsearch.core.lifecycle import Event, TrialRecord, TrialState
+    from hpsearch.core.lifecycle import Event, TrialRecord
+    from hpsearch.trials import TrialState
     from hpsearch.report.progress import SessionListener
 
     logged: list[tuple[int, str]] = []

@@ -15,7 +15,7 @@ from hpsearch.adapters.optuna.samplers import (
     sampler_seed,
     tpe_sampler,
 )
-from hpsearch.core.lifecycle import TrialState as LState
+from hpsearch.trials import TrialState as LState
 
 BEST_X = 0.8
 

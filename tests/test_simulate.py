@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import peers
-from hpsearch.core.lifecycle import TrialState
+from hpsearch.trials import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.money.ledger_entries import PREEMPTED, DONE
 from hpsearch.pruning.none import NoPruning

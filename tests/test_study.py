@@ -19,7 +19,7 @@ from hpsearch.adapters.optuna.study import (
     existing_study_config,
     trial_seed,
 )
-from hpsearch.core.lifecycle import TrialState as LState
+from hpsearch.trials import TrialState as LState
 from hpsearch.core.ports import EpochReport
 from hpsearch.errors import ConfigError
 
