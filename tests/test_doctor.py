@@ -22,7 +22,8 @@ from hpsearch.adapters import nvml
 from hpsearch.money import nodekinds
 from hpsearch.tools import doctor
 from hpsearch.money.catalog import packaged
-from hpsearch.tools.doctor import FAIL, OK, WARN, Check, ClusterInfo, NodeInfo, TorchInfo
+from hpsearch.adapters.system import ClusterInfo, NodeInfo, TorchInfo
+from hpsearch.tools.doctor import FAIL, OK, WARN, Check
 
 from .test_cli_errors import GOOD, hpsearch
 from .test_gpu import NO_NVML, no_driver

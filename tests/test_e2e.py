@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 import hpsearch
 from hpsearch.spec import config as config_mod
 from hpsearch.driver import RunAborted
+from hpsearch.errors import ConfigError
 
 from .conftest import REPO
 
@@ -261,7 +262,7 @@ def test_rerun_continues_the_same_study(ray_cluster, in_tmp):
 def test_changed_space_cannot_continue_a_study(ray_cluster, in_tmp):
     hpsearch.run(spec(**{"search.n_trials": 1, "max_epochs": 1}), emit=None)
     before = (in_tmp / "runs/digits-test/optuna.db").read_bytes()
-    with pytest.raises(config_mod.ConfigError, match="space"):
+    with pytest.raises(ConfigError, match="space"):
         hpsearch.run(spec(**{"search.n_trials": 2, "max_epochs": 1,
                              "space.lr.high": 0.5}), emit=None)
     assert (in_tmp / "runs/digits-test/optuna.db").read_bytes() == before

@@ -16,9 +16,10 @@ from hpsearch.money import nodekinds
 from hpsearch.money.catalog import COLUMNS, parse_catalog
 from hpsearch.spec.config import load
 from hpsearch.errors import ConfigError
+from hpsearch.adapters.trial.probe import ProbeFigures
 from hpsearch.tools.plan import (
     CUDA_CONTEXT_MIB, GIB, GPU_EFFICIENCY, GPU_SPEEDS, HEADROOM, MIB, STARTUP_S,
-    TRAIN_STEP_FLOOR_S, VAL_STEP_FLOOR_S, Packing, ProbeFigures, Throughput, billed_s, pack,
+    TRAIN_STEP_FLOOR_S, VAL_STEP_FLOOR_S, Packing, Throughput, billed_s, pack,
     estimate_memory, gpu_epoch_s, make_plan, parse_throughput, render,
     representative_params, to_json,
 )

@@ -6,6 +6,7 @@ import pytest
 
 from hpsearch import keys
 from hpsearch.money import storage as sm
+from hpsearch.money.fmt import fmt_money
 from hpsearch.recovery import checkpoint_usage
 from hpsearch.report import report, writers
 
@@ -47,7 +48,7 @@ def test_the_report_prices_each_trials_checkpoints_at_the_studys_storage():
     assert s["storage_currency"] == "USD" and s["storage_price"]["row"] == "aws:s3-standard"
     assert s["total_cost"] == pytest.approx(1.6)  # compute money is unchanged
     line = dict(writers.summary_lines(built))["Checkpoint storage"]
-    assert line.startswith(writers.fmt_money(s["storage_cost"], "USD") + " spent (3 checkpoint(s)")
+    assert line.startswith(fmt_money(s["storage_cost"], "USD") + " spent (3 checkpoint(s)")
     assert "1.5 GB kept" in line and "aws:s3-standard" in line and "s3://b/runs/hand-0123" in line
     assert "Checkpoint storage" in dict(writers.method_lines(built))
 
