@@ -314,6 +314,10 @@ def _plan(args: argparse.Namespace) -> int:
     from hpsearch.money import catalog as catalog_mod
     from hpsearch.spec import config as config_mod
     from hpsearch.tools import plan as plan_mod
+    from hpsearch.tools.plan_json import to_json
+    from hpsearch.tools.plan_point import representative_params
+    from hpsearch.tools.plan_speed import parse_throughput
+    from hpsearch.tools.plan_text import render
     from hpsearch.report.progress import text_table
 
     trials = _count("--trials", args.trials)
@@ -324,13 +328,13 @@ def _plan(args: argparse.Namespace) -> int:
     throughput = None
     if args.throughput is not None:
         models = sorted({o.gpu_model for o in catalog.offers.values() if o.gpu_model})
-        throughput = plan_mod.parse_throughput(args.throughput, models)
+        throughput = parse_throughput(args.throughput, models)
     currency = args.currency or config.pricing.currency
     options = dict(precision=args.precision, optimizer=args.optimizer,
                    throughput=throughput)
     currency = plan_mod.check_options(
         catalog, trials=trials or 1, epochs=epochs or 1, currency=currency, **options)
-    params = plan_mod.representative_params(config.space, args.point)
+    params = representative_params(config.space, args.point)
     threads = max(1, round(config.resources.cpu))
     if sys.stderr.isatty() and not args.json:
         print(f"probing {config.trainable} on CPU ({threads} thread(s))...",
@@ -343,9 +347,9 @@ def _plan(args: argparse.Namespace) -> int:
                               point=args.point, currency=currency,
                               node_cpus=float(os.cpu_count() or 1), **options)
     if args.json:
-        print(json.dumps(plan_mod.to_json(plan), indent=2))
+        print(json.dumps(to_json(plan), indent=2))
     else:
-        for line in plan_mod.render(plan, text_table):
+        for line in render(plan, text_table):
             print(line)
     return 0
 

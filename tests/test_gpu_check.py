@@ -121,7 +121,7 @@ def test_doctor_fails_on_a_cpu_build_of_torch_or_without_nvml():
 def test_plan_prints_its_estimate():
     from hpsearch.money import catalog
     from hpsearch.spec import config
-    from hpsearch.tools import plan
+    from hpsearch.tools import plan, plan_json
 
     from .test_plan import figures
 
@@ -129,7 +129,7 @@ def test_plan_prints_its_estimate():
                           catalog.load(None), figures(params={"hidden": 1024}))
     import json
 
-    verdict = gpu_check.judge_plan(0, json.dumps(plan.to_json(made)), "")
+    verdict = gpu_check.judge_plan(0, json.dumps(plan_json.to_json(made)), "")
     assert verdict.ok, verdict.text
     assert verdict.text.startswith(f"estimate {made.memory.total_mib:.0f} MiB per trial")
     assert "at hidden 1024; 32 trials x 30 epochs cheapest on " in verdict.text

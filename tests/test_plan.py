@@ -1,5 +1,5 @@
-"""Unit tests of hpsearch.tools.plan: the representative configuration, the memory arithmetic,
-GPU fit, time per epoch, billing and the cost table.
+"""Unit tests of hpsearch.tools.plan and its parts: the representative configuration,
+the memory arithmetic, GPU fit, time per epoch, billing and the cost table.
 
 Pure: hand-made probe figures and a small hand-made catalogue; no Ray, torch, Lightning
 or Optuna is needed here (the real CPU probe is tested in test_plan_probe.py).
@@ -17,12 +17,16 @@ from hpsearch.money.catalog import COLUMNS, parse_catalog
 from hpsearch.spec.config import load
 from hpsearch.errors import ConfigError
 from hpsearch.adapters.trial.probe import ProbeFigures
-from hpsearch.tools.plan import (
-    CUDA_CONTEXT_MIB, GIB, GPU_EFFICIENCY, GPU_SPEEDS, HEADROOM, MIB, STARTUP_S,
-    TRAIN_STEP_FLOOR_S, VAL_STEP_FLOOR_S, Packing, Throughput, billed_s, pack,
-    estimate_memory, gpu_epoch_s, make_plan, parse_throughput, render,
-    representative_params, to_json,
+from hpsearch.tools.plan import make_plan
+from hpsearch.tools.plan_json import to_json
+from hpsearch.tools.plan_memory import CUDA_CONTEXT_MIB, GIB, HEADROOM, MIB, estimate_memory
+from hpsearch.tools.plan_offers import Packing, billed_s, pack
+from hpsearch.tools.plan_point import representative_params
+from hpsearch.tools.plan_speed import (
+    GPU_EFFICIENCY, GPU_SPEEDS, STARTUP_S, TRAIN_STEP_FLOOR_S, VAL_STEP_FLOOR_S, Throughput,
+    gpu_epoch_s, parse_throughput,
 )
+from hpsearch.tools.plan_text import render
 from hpsearch.report.progress import text_table
 from hpsearch.spec.space import CategoricalParam, FloatParam, IntParam, Space
 

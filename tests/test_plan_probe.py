@@ -28,7 +28,9 @@ import pytest
 
 from hpsearch.money import catalog as catalog_mod
 from hpsearch.spec.config import load
-from hpsearch.tools.plan import MIB, make_plan, representative_params
+from hpsearch.tools.plan import make_plan
+from hpsearch.tools.plan_memory import MIB
+from hpsearch.tools.plan_point import representative_params
 from tests.test_cli_errors import env as cli_env
 from tests.test_cli_errors import files_under, hpsearch
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpsearch.tools.plan import representative_params
+from hpsearch.tools.plan_point import representative_params
 from hpsearch.spec.space import parse_space
 
 SPACE = parse_space({

@@ -16,7 +16,7 @@ What it measures, on this machine's CPU, at one configuration of the space:
   batches (data loading included) and over up to K validation batches, in the real
   Lightning loop, with ``resources.cpu`` torch threads (as a trial runs);
 * this CPU's **matmul rate** (GFLOP/s) with the same threads and dtype, to scale CPU
-  times to GPUs (:func:`hpsearch.tools.plan.gpu_epoch_s`);
+  times to GPUs (:func:`hpsearch.tools.plan_speed.gpu_epoch_s`);
 * the seconds from building the model to the first batch (build, data setup).
 
 Nothing is written: the Trainer has no logger or checkpoints and a temporary root dir.
