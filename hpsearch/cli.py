@@ -458,17 +458,18 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from hpsearch.tools import doctor
+    from hpsearch.tools.doctor_checks import exit_code, render, summary, to_json
 
     checks = doctor.diagnose(args.space, args.overrides, args.run_dir, args.address,
                              **({} if args.timeout is None
                                 else {"ray_timeout_s": args.timeout}))
     if args.json:
-        print(doctor.to_json(checks))
+        print(to_json(checks))
     else:
-        for line in doctor.render(checks):
+        for line in render(checks):
             print(line)
-        print(doctor.summary(checks))
-    return doctor.exit_code(checks)
+        print(summary(checks))
+    return exit_code(checks)
 
 
 def _repair(args: argparse.Namespace) -> int:

@@ -20,10 +20,11 @@ import pytest
 
 from hpsearch.adapters import nvml
 from hpsearch.money import nodekinds
-from hpsearch.tools import doctor
+from hpsearch.tools import (doctor, doctor_checks, doctor_cluster, doctor_machine,
+                            doctor_packages, doctor_storage)
 from hpsearch.money.catalog import packaged
 from hpsearch.adapters.system import ClusterInfo, NodeInfo, TorchInfo
-from hpsearch.tools.doctor import FAIL, OK, WARN, Check
+from hpsearch.tools.doctor_checks import FAIL, OK, WARN, Check
 
 from .test_cli_errors import GOOD, hpsearch
 from .test_gpu import NO_NVML, no_driver
@@ -232,7 +233,7 @@ def test_cluster_probe_gives_up_on_a_port_where_no_ray_head_answers():
         server.close()
     assert "no Ray head answered within 4 s" in info.error
     assert 4 <= elapsed < 15
-    assert doctor.cluster_checks(info)[0].status == FAIL
+    assert doctor_cluster.cluster_checks(info)[0].status == FAIL
 
 
 #: Two Ray nodes in a process of their own (``ray.cluster_utils.Cluster``): the head
@@ -321,22 +322,22 @@ def test_check_status_is_validated_and_rendered():
         Check("x", "bad", "y")
     checks = [Check("a", OK, "fine", "ignored"), Check("b", WARN, "hmm", "do this"),
               Check("c", FAIL, "broken", "do that")]
-    assert doctor.render(checks) == [
+    assert doctor_checks.render(checks) == [
         "[ok]   a: fine",
         "[warn] b: hmm",
         "       fix: do this",
         "[FAIL] c: broken",
         "       fix: do that",
     ]
-    assert doctor.exit_code(checks) == 1
-    assert doctor.exit_code(checks[:2]) == 0
-    assert doctor.summary(checks) == "1 ok, 1 warning(s), 1 failed"
-    assert json.loads(doctor.to_json(checks))[2] == {
+    assert doctor_checks.exit_code(checks) == 1
+    assert doctor_checks.exit_code(checks[:2]) == 0
+    assert doctor_checks.summary(checks) == "1 ok, 1 warning(s), 1 failed"
+    assert json.loads(doctor_checks.to_json(checks))[2] == {
         "name": "c", "status": "fail", "message": "broken", "fix": "do that"}
 
 
 def test_cuda_check_nvml_gpus_with_a_cpu_only_torch_fails():
-    check = doctor.cuda_check(CPU_TORCH, TWO_GPUS, env={})
+    check = doctor_machine.cuda_check(CPU_TORCH, TWO_GPUS, env={})
     assert check.status == FAIL
     assert "NVML sees 2 GPU(s) but torch 2.13.0+cpu is a CPU-only build" in check.message
     assert "CUDA build" in check.fix and "download.pytorch.org" in check.fix
@@ -344,7 +345,7 @@ def test_cuda_check_nvml_gpus_with_a_cpu_only_torch_fails():
 
 def test_cuda_check_cuda_build_that_cannot_start_fails_with_the_driver_version():
     info = TorchInfo("2.13.0+cu128", "12.8", False, (), "The NVIDIA driver is too old")
-    check = doctor.cuda_check(info, TWO_GPUS, env={})
+    check = doctor_machine.cuda_check(info, TWO_GPUS, env={})
     assert check.status == FAIL
     assert "cannot use them: The NVIDIA driver is too old" in check.message
     assert "driver supports CUDA 12.4" in check.fix
@@ -352,36 +353,36 @@ def test_cuda_check_cuda_build_that_cannot_start_fails_with_the_driver_version()
 
 def test_cuda_check_gpus_hidden_by_cuda_visible_devices_warns():
     info = TorchInfo("2.13.0+cu124", "12.4", False)
-    check = doctor.cuda_check(info, TWO_GPUS, env={"CUDA_VISIBLE_DEVICES": ""})
+    check = doctor_machine.cuda_check(info, TWO_GPUS, env={"CUDA_VISIBLE_DEVICES": ""})
     assert check.status == WARN and "CUDA_VISIBLE_DEVICES=''" in check.message
 
 
 def test_cuda_check_all_gpus_used_is_ok():
-    assert doctor.cuda_check(CUDA_TORCH, TWO_GPUS, env={}).status == OK
+    assert doctor_machine.cuda_check(CUDA_TORCH, TWO_GPUS, env={}).status == OK
     fewer = TorchInfo("2.13.0+cu124", "12.4", True, ("NVIDIA H100 80GB HBM3",))
-    assert doctor.cuda_check(fewer, TWO_GPUS, env={}).status == WARN
-    masked = doctor.cuda_check(fewer, TWO_GPUS, env={"CUDA_VISIBLE_DEVICES": "1"})
+    assert doctor_machine.cuda_check(fewer, TWO_GPUS, env={}).status == WARN
+    masked = doctor_machine.cuda_check(fewer, TWO_GPUS, env={"CUDA_VISIBLE_DEVICES": "1"})
     assert masked.status == OK and "CUDA_VISIBLE_DEVICES='1'" in masked.message
 
 
 def test_cuda_check_without_gpus_is_ok_either_way():
-    assert doctor.cuda_check(CPU_TORCH, NO_GPU, env={}).status == OK
-    assert doctor.cuda_check(TorchInfo(None, error="ImportError: x"), NO_GPU, env={}
-                             ).status == FAIL
+    assert doctor_machine.cuda_check(CPU_TORCH, NO_GPU, env={}).status == OK
+    assert doctor_machine.cuda_check(TorchInfo(None, error="ImportError: x"), NO_GPU,
+                                     env={}).status == FAIL
 
 
 def test_torch_and_nvml_checks():
-    assert doctor.torch_check(TorchInfo(None, error="ModuleNotFoundError: torch")
-                              ).status == FAIL
-    assert "CPU-only build" in doctor.torch_check(CPU_TORCH).message
-    assert "2 x NVIDIA H100 80GB HBM3" in doctor.torch_check(CUDA_TORCH).message
-    nvml_ok = doctor.nvml_check(TWO_GPUS)
+    assert doctor_machine.torch_check(TorchInfo(None, error="ModuleNotFoundError: torch")
+                                      ).status == FAIL
+    assert "CPU-only build" in doctor_machine.torch_check(CPU_TORCH).message
+    assert "2 x NVIDIA H100 80GB HBM3" in doctor_machine.torch_check(CUDA_TORCH).message
+    nvml_ok = doctor_machine.nvml_check(TWO_GPUS)
     assert nvml_ok.status == OK
     assert nvml_ok.message.startswith("driver 550.54.15, CUDA 12.4: 0: NVIDIA H100 80GB HBM3 "
                                    "(80 GiB, 1.0 GiB used), 1: ")
-    assert doctor.nvml_check(NO_GPU).status == WARN
+    assert doctor_machine.nvml_check(NO_GPU).status == WARN
     empty = nvml.Inventory(True, (), "550.54.15", "12.4", "no GPU")
-    assert doctor.nvml_check(empty).status == WARN
+    assert doctor_machine.nvml_check(empty).status == WARN
 
 
 def test_package_check():
@@ -389,14 +390,15 @@ def test_package_check():
         return {"ray": "2.60.0", "optuna": "3.6.1"}.get(dist)
 
     wanted = {"ray": ">=2.40,<3", "optuna": ">=4.0,<6"}
-    assert doctor.package_check("ray", "ray", "ray[tune]", True, version, wanted).status == OK
-    old = doctor.package_check("optuna", "optuna", "optuna", True, version, wanted)
+    assert doctor_packages.package_check("ray", "ray", "ray[tune]", True, version,
+                                         wanted).status == OK
+    old = doctor_packages.package_check("optuna", "optuna", "optuna", True, version, wanted)
     assert old.status == FAIL and old.fix == "pip install 'optuna>=4.0,<6'"
-    missing = doctor.package_check("optuna-dashboard", "optuna-dashboard",
-                                   "optuna-dashboard", False, version, wanted)
+    missing = doctor_packages.package_check("optuna-dashboard", "optuna-dashboard",
+                                            "optuna-dashboard", False, version, wanted)
     assert missing.status == WARN and missing.fix == "pip install optuna-dashboard"
-    lightning = doctor.package_check("lightning", "pytorch-lightning",
-                                     "pytorch-lightning", True, version, {})
+    lightning = doctor_packages.package_check("lightning", "pytorch-lightning",
+                                              "pytorch-lightning", True, version, {})
     assert lightning.status == FAIL
 
 
@@ -411,7 +413,7 @@ def test_cluster_checks_node_kinds():
                         node("bbbbbbbb2", {nodekinds.ON_DEMAND: 1000.0}),
                         node("cccccccc3", {}),
                         node("dddddddd4", {nodekinds.SPOT: 1}, alive=False)), 0.5)
-    checks = doctor.cluster_checks(info, packaged())
+    checks = doctor_cluster.cluster_checks(info, packaged())
     assert checks[0] == Check("ray cluster", OK, "10.0.0.1:6379: 3 alive node(s), 1 dead; "
                                                  "CPU 12, GPU 1, memory 8.0 GiB (0.5 s)")
     by_node = {c.name: c for c in checks[1:]}
@@ -425,27 +427,28 @@ def test_cluster_checks_node_kinds():
 
 def test_cluster_checks_without_declared_kinds_and_with_unknown_instances():
     plain = ClusterInfo("auto", "", {"CPU": 4.0}, (node("aaaaaaaa1", {}),))
-    only = doctor.cluster_checks(plain, packaged())[1]
+    only = doctor_cluster.cluster_checks(plain, packaged())[1]
     assert only.status == OK and "runs any trial at the configured price" in only.message
     unknown = ClusterInfo("auto", "", {"CPU": 4.0},
                           (node("aaaaaaaa1", {"hps_instance=p3.2xlarg": 1.0}),))
-    bad = doctor.cluster_checks(unknown, packaged())[1]
+    bad = doctor_cluster.cluster_checks(unknown, packaged())[1]
     assert bad.status == FAIL and "did you mean" in bad.message and "catalog" in bad.fix
 
 
 def test_cluster_checks_reports_an_error_with_the_fix():
-    checks = doctor.cluster_checks(ClusterInfo("h:1", error="nothing accepts connections"))
+    checks = doctor_cluster.cluster_checks(ClusterInfo("h:1",
+                                                       error="nothing accepts connections"))
     assert checks == [Check("ray cluster", FAIL, "cannot reach the Ray cluster at h:1: "
                                                  "nothing accepts connections",
-                            doctor.UNREACHABLE_FIX)]
+                            doctor_cluster.UNREACHABLE_FIX)]
 
 
 def test_writable_probe_leaves_nothing_behind(tmp_path):
-    assert doctor.writable(tmp_path / "a" / "b" / "c") is None
-    assert doctor.writable(tmp_path) is None
+    assert doctor_storage.writable(tmp_path / "a" / "b" / "c") is None
+    assert doctor_storage.writable(tmp_path) is None
     (tmp_path / "f").write_text("")
-    assert doctor.writable(tmp_path / "f" / "sub") == f"{tmp_path / 'f'} is a file, not a " \
-                                                      "directory"
+    assert doctor_storage.writable(tmp_path / "f" / "sub") == (
+        f"{tmp_path / 'f'} is a file, not a directory")
     assert tree(tmp_path) == ["f"]
 
 
@@ -471,12 +474,12 @@ def test_cluster_checks_a_trial_that_fits_no_node_fails():
 
     info = ClusterInfo("auto", "", {"CPU": 4.0}, (node("aaaaaaaa1", {}),))
     cfg = make({"instance": "aws:p3.2xlarge"}, {"gpu": 1})
-    fits = doctor.cluster_checks(info, packaged(), cfg)[-1]
+    fits = doctor_cluster.cluster_checks(info, packaged(), cfg)[-1]
     assert fits.name == "trial fits" and fits.status == FAIL
     assert fits.message == ("resources.gpu: no trial could ever start: no Ray node has a "
                             "GPU (got 1.0)")
-    assert doctor.cluster_checks(info, packaged(), make({"instance": "local-cpu"})
-                                 )[-1].name != "trial fits"
+    assert doctor_cluster.cluster_checks(info, packaged(), make({"instance": "local-cpu"})
+                                         )[-1].name != "trial fits"
 
 
 @pytest.mark.slow
@@ -493,9 +496,9 @@ def test_gpu_trials_on_a_machine_without_gpus_fail_the_local_ray_check(tmp_path,
 def test_local_ray_check_passes_when_the_gpus_suffice():
     two = nvml.Inventory(True, tuple(nvml.Gpu(i, "NVIDIA L4", f"GPU-{i}", 24e3, 0.0, 24e3)
                                     for i in range(2)))
-    assert doctor.local_ray_check(two, cpus=8, trial_gpus=2).status == OK
-    assert doctor.local_ray_check(two, cpus=8, trial_gpus=0.5).status == OK
-    assert doctor.local_ray_check(two, cpus=8, trial_gpus=3).status == FAIL
+    assert doctor_cluster.local_ray_check(two, cpus=8, trial_gpus=2).status == OK
+    assert doctor_cluster.local_ray_check(two, cpus=8, trial_gpus=0.5).status == OK
+    assert doctor_cluster.local_ray_check(two, cpus=8, trial_gpus=3).status == FAIL
 
 
 # -- the checkpoint storage -----------------------------------------------------------
@@ -504,26 +507,26 @@ def test_local_ray_check_passes_when_the_gpus_suffice():
 def test_checkpoint_storage_checks():
     nodes = (NodeInfo("aaaa1111", True, "10.0.0.1"), NodeInfo("bbbb2222", True, "10.0.0.2"))
     info = ClusterInfo("auto", nodes=nodes, storage={"aaaa1111": None, "bbbb2222": None})
-    (ok,) = doctor.checkpoint_storage_checks("s3://b/p", False, info)
+    (ok,) = doctor_storage.checkpoint_storage_checks("s3://b/p", False, info)
     assert ok.status == OK and "every alive node (2)" in ok.message
     bad = ClusterInfo("auto", nodes=nodes, storage={
         "aaaa1111": None, "bbbb2222": "the driver's probe file is not there"})
-    (fail,) = doctor.checkpoint_storage_checks("/run/dir/checkpoints", True, bad)
+    (fail,) = doctor_storage.checkpoint_storage_checks("/run/dir/checkpoints", True, bad)
     assert fail.status == FAIL
     assert fail.message.startswith("node 10.0.0.2 (bbbb2222) cannot reach the run dir's "
                                    "checkpoints/: the driver's probe file is not there")
     assert "set checkpoint.storage to an object store" in fail.fix
-    (here,) = doctor.checkpoint_storage_checks("s3://b/p", False, None,
-                                              local_error="OSError: access denied")
+    (here,) = doctor_storage.checkpoint_storage_checks("s3://b/p", False, None,
+                                                      local_error="OSError: access denied")
     assert here.status == FAIL and "cannot be written from here" in here.message
     assert "AWS_ACCESS_KEY_ID" in here.fix
-    (local,) = doctor.checkpoint_storage_checks("/r/checkpoints", True, None)
+    (local,) = doctor_storage.checkpoint_storage_checks("/r/checkpoints", True, None)
     assert local.status == OK and "this machine's disk" in local.message
 
 
 def test_doctor_writes_reads_and_deletes_a_token_where_checkpoints_go(tmp_path):
     shared = tmp_path / "nfs" / "ckpt"
-    assert doctor._storage_write_error(str(shared)) is None
+    assert doctor_storage.storage_write_error(str(shared)) is None
     assert not (tmp_path / "nfs").exists()  # nothing left behind
     readonly = tmp_path / "ro"
     readonly.mkdir()
@@ -532,7 +535,7 @@ def test_doctor_writes_reads_and_deletes_a_token_where_checkpoints_go(tmp_path):
         import os
 
         if os.geteuid() != 0:  # root writes anywhere
-            assert doctor._storage_write_error(str(readonly / "x")) is not None
+            assert doctor_storage.storage_write_error(str(readonly / "x")) is not None
     finally:
         readonly.chmod(0o700)
 

@@ -25,7 +25,7 @@ from benchmarks.gpu_trainables import (HALF_SHARE, OOM_RECORD, ballast_bytes_per
 from hpsearch import keys
 from hpsearch.adapters import nvml
 from hpsearch.adapters.system import TorchInfo
-from hpsearch.tools import doctor
+from hpsearch.tools import doctor_checks, doctor_machine
 
 from .conftest import REPO
 
@@ -95,10 +95,10 @@ ONE_GPU = nvml.Inventory(True, (nvml.Gpu(0, H100, "GPU-0", 81559.0, 1024.0, 8053
 
 
 def doctor_json(info: TorchInfo, inventory) -> str:
-    return doctor.to_json([
-        doctor.python_check(), doctor.torch_check(info), doctor.nvml_check(inventory),
-        doctor.cuda_check(info, inventory, {}),
-        doctor.Check("pricing", doctor.OK, "a trial-hour costs 1 USD")])
+    return doctor_checks.to_json([
+        doctor_machine.python_check(), doctor_machine.torch_check(info),
+        doctor_machine.nvml_check(inventory), doctor_machine.cuda_check(info, inventory, {}),
+        doctor_checks.Check("pricing", doctor_checks.OK, "a trial-hour costs 1 USD")])
 
 
 def test_doctor_passes_when_torch_uses_the_gpus_nvml_lists():
