@@ -11,6 +11,7 @@ import pytest
 from hpsearch.spec import config as config_mod
 from hpsearch import keys
 from hpsearch.report import gpuuse, report, writers
+from hpsearch.report import rows as report_rows
 from hpsearch.adapters.optuna.study import StudyRecorder
 from hpsearch.report.gpuuse import GpuUse
 
@@ -121,7 +122,7 @@ def test_report_shows_money_paid_for_idle_gpu_time():
     header, cells = writers.table_rows(built)
     column = header.index("gpu util %")
     assert [c[column] for c in cells] == ["75", "25", "-"]
-    assert "idle_gpu_cost" in report.ROW_COLUMNS
+    assert "idle_gpu_cost" in report_rows.ROW_COLUMNS
 
 
 def test_report_without_gpu_samples_says_so():

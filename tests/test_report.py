@@ -30,7 +30,8 @@ from optuna.trial import TrialState
 import hpsearch
 from hpsearch.money import catalog as catalog_mod
 from hpsearch import keys
-from hpsearch.report import report, writers
+from hpsearch.report import axes, curves, report, savings, writers
+from hpsearch.report import rows as report_rows
 from hpsearch.errors import ConfigError
 from hpsearch.money.ledger import Ledger
 
@@ -71,7 +72,7 @@ def money(cost, wasted=0.0, spot=True, instance="aws:p3.2xlarge", **more):
 
 
 def rows_of(records, mode="max"):
-    return [report.trial_row(r, mode) for r in records]
+    return [report_rows.trial_row(r, mode) for r in records]
 
 
 HAND = [
@@ -148,7 +149,7 @@ def test_a_60_s_minimum_with_trials_of_a_few_seconds_shows_no_fictional_saving()
     assert lines["Spent"] == ("0.6000 USD: work kept 0.0300 USD, wasted 0 USD, idle "
                               "0.5700 USD")
     # The per-trial arithmetic of before scaled each pruned trial's share 4x.
-    legacy = report.savings_vs_no_pruning(built.trials, 4)
+    legacy = savings.savings_vs_no_pruning(built.trials, 4)
     assert legacy["amount"] > 0
 
 
@@ -225,7 +226,7 @@ def test_a_study_from_before_node_billing_keeps_the_per_trial_estimates():
     built = report.build(HAND, study_info())
     s = built.summary
     assert s["idle_cost"] is None and s["nodes"] == [] and built.idle_over_time == []
-    assert s["savings_vs_no_pruning"]["method"] == report.METHOD_NO_PRUNING
+    assert s["savings_vs_no_pruning"]["method"] == savings.METHOD_NO_PRUNING
     assert s["total_cost"] == pytest.approx(13.5)
 
 
@@ -245,24 +246,24 @@ POINTS = [  # (key, cost, value)
 
 
 def test_pareto_front_max_mode_with_ties():
-    assert report.pareto_front(POINTS, "max") == ["E", "A", "H", "B", "F", "G"]
+    assert curves.pareto_front(POINTS, "max") == ["E", "A", "H", "B", "F", "G"]
 
 
 def test_pareto_front_min_mode_with_ties():
     # As losses, lower is better: E (0.3 at 0.5) beats everything that costs more.
-    assert report.pareto_front(POINTS, "min") == ["E"]
+    assert curves.pareto_front(POINTS, "min") == ["E"]
     losses = [("a", 1.0, 0.9), ("b", 2.0, 0.5), ("c", 2.0, 0.5), ("d", 3.0, 0.5),
               ("e", 4.0, 0.1), ("f", 0.5, 0.95), ("g", 5.0, 0.2)]
-    assert report.pareto_front(losses, "min") == ["f", "a", "b", "c", "e"]
+    assert curves.pareto_front(losses, "min") == ["f", "a", "b", "c", "e"]
 
 
 def test_pareto_front_leaves_out_missing_and_non_finite_points():
     points = [("a", 1.0, 0.5), ("b", None, 0.99), ("c", 0.1, float("nan")),
               ("d", float("inf"), 1.0), ("e", 2.0, None)]
-    assert report.pareto_front(points, "max") == ["a"]
-    assert report.pareto_front([], "max") == []
+    assert curves.pareto_front(points, "max") == ["a"]
+    assert curves.pareto_front([], "max") == []
     with pytest.raises(ValueError):
-        report.pareto_front(points, "maximize")
+        curves.pareto_front(points, "maximize")
 
 
 def _dominates(p, q, mode):
@@ -277,7 +278,7 @@ def _dominates(p, q, mode):
 def test_pareto_front_matches_the_definition(pairs, mode):
     points = [(i, float(c), float(v)) for i, (c, v) in enumerate(pairs)]
     expected = {p[0] for p in points if not any(_dominates(q, p, mode) for q in points)}
-    front = report.pareto_front(points, mode)
+    front = curves.pareto_front(points, mode)
     assert set(front) == expected
     costs = [points[k][1] for k in front]
     assert costs == sorted(costs)
@@ -297,15 +298,15 @@ def test_trial_rows_read_final_and_best_values_and_default_preemptions():
     assert rows[5]["cost"] is None and rows[5]["epochs"] == 0 and rows[5]["value"] is None
     assert rows[0]["duration_s"] == 300.0
     # Best is mode-aware: as a loss, the first epoch of trial 0 is its best.
-    assert report.trial_row(HAND[0], "min")["best_value"] == 0.5
+    assert report_rows.trial_row(HAND[0], "min")["best_value"] == 0.5
     # Without an epochs attribute, the last reported epoch counts.
     bare = record(7, "RUNNING", None, [0.1, 0.2, 0.3])
-    assert report.trial_row(bare, "max")["epochs"] == 3
+    assert report_rows.trial_row(bare, "max")["epochs"] == 3
 
 
 def test_savings_vs_no_pruning_scales_pruned_trials_linearly():
     rows = rows_of(HAND)
-    est = report.savings_vs_no_pruning(rows, max_epochs=4)
+    est = savings.savings_vs_no_pruning(rows, max_epochs=4)
     # Trial 1 ran 2 of 4 epochs for 1.0: 2.0 to the end; the others as billed.
     total = 4.0 + 1.0 + 0.5 + 6.0 + 2.0
     assert est["estimate"] is True
@@ -315,7 +316,7 @@ def test_savings_vs_no_pruning_scales_pruned_trials_linearly():
     assert est["n_scaled"] == 1
     assert "estimate" in est["method"] and "max_epochs / epochs" in est["method"]
 
-    unknown = report.savings_vs_no_pruning(rows, max_epochs=None)
+    unknown = savings.savings_vs_no_pruning(rows, max_epochs=None)
     assert unknown["amount"] is None and "not estimated" in unknown["method"]
 
 
@@ -328,9 +329,9 @@ def test_savings_vs_on_demand_reprices_spot_trials_with_the_catalogue_ratio():
         record(1, "COMPLETE", 0.8, [0.8], **money(2.0, spot=False)),
         record(2, "COMPLETE", 0.7, [0.7], **money(3.0, instance="nowhere:x9")),
     ])
-    ratios = report.on_demand_ratios(["aws:p3.2xlarge", "nowhere:x9"], catalog)
+    ratios = savings.on_demand_ratios(["aws:p3.2xlarge", "nowhere:x9"], catalog)
     assert ratios == {"aws:p3.2xlarge": pytest.approx(ratio), "nowhere:x9": None}
-    est = report.savings_vs_on_demand(rows, ratios)
+    est = savings.savings_vs_on_demand(rows, ratios)
     assert est["estimate"] is True
     assert est["amount"] == pytest.approx(1.0 * (ratio - 1))
     assert est["baseline_cost"] == pytest.approx(1.0 * ratio + 2.0 + 3.0)
@@ -338,7 +339,7 @@ def test_savings_vs_on_demand_reprices_spot_trials_with_the_catalogue_ratio():
     assert "on-demand/spot price ratio" in est["method"] and "nowhere:x9" in est["method"]
 
     on_demand = rows_of([record(0, "COMPLETE", 0.9, [0.9], **money(1.0, spot=False))])
-    assert report.savings_vs_on_demand(on_demand, {})["amount"] == 0.0
+    assert savings.savings_vs_on_demand(on_demand, {})["amount"] == 0.0
 
 
 def test_summary_totals_best_trial_and_budget():
@@ -432,21 +433,21 @@ def test_decisions_do_not_depend_on_the_direction_or_the_scale(scale, mode):
     assert [p["best_number"] for p in built.best_vs_cost] == [None, None, None, 0, 4, 3]
     axis = writers.plot_axis(built)
     pinned = [r["number"] for r in built.trials
-              if axis.place(r["value"])[1] is not report.Pin.IN_PLACE]
+              if axis.place(r["value"])[1] is not axes.Pin.IN_PLACE]
     assert pinned == [1, 2]  # the diverged trials; trial 5 (0.88) is drawn in place
     # Pinned values sit inside the axis, on the side they lie beyond.
     for r in built.trials:
         y, side = axis.place(r["value"])
         assert axis.low <= y <= axis.high
-        beyond = report.Pin.BELOW if r["value"] < 0.5 * scale else report.Pin.ABOVE
-        assert side is (report.Pin.IN_PLACE if r["number"] not in (1, 2) else beyond)
+        beyond = axes.Pin.BELOW if r["value"] < 0.5 * scale else axes.Pin.ABOVE
+        assert side is (axes.Pin.IN_PLACE if r["number"] not in (1, 2) else beyond)
 
 
-BELOW, IN_PLACE, ABOVE = report.Pin.BELOW, report.Pin.IN_PLACE, report.Pin.ABOVE
+BELOW, IN_PLACE, ABOVE = axes.Pin.BELOW, axes.Pin.IN_PLACE, axes.Pin.ABOVE
 
 
 def test_metric_axis_follows_the_completed_trials():
-    axis = report.metric_axis([0.90, 0.95, 0.93], [0.02, -3.0, 0.88])
+    axis = axes.metric_axis([0.90, 0.95, 0.93], [0.02, -3.0, 0.88])
     assert axis.window == pytest.approx((0.80, 1.05))
     assert axis.low < 0.88 and 0.95 < axis.high < 1.0  # padded around what is in place
     assert axis.place(0.88) == (0.88, IN_PLACE)
@@ -456,24 +457,24 @@ def test_metric_axis_follows_the_completed_trials():
     assert axis.low < axis.place(-3.0)[0] < 0.88 - 0.1 * (axis.high - axis.low)
     assert axis.place(45.0)[0] == axis.high  # nothing lies above: no band there
     # Close values are all drawn: nothing pinned, the range covers them all.
-    near = report.metric_axis([0.5, 0.6], [0.4, 0.7])
+    near = axes.metric_axis([0.5, 0.6], [0.4, 0.7])
     assert near.window is None and near.low < 0.4 and near.high > 0.7
     # Without a COMPLETE trial nothing is pinned; without any value there is no axis.
-    assert report.metric_axis([], [0.1, 45.0]).window is None
-    assert report.metric_axis([None], [float("nan")]) is None
+    assert axes.metric_axis([], [0.1, 45.0]).window is None
+    assert axes.metric_axis([None], [float("nan")]) is None
     # Equal COMPLETE values: the values' median distance from their median is the
     # spread (0.1 here); the diverged losses are pinned.
-    equal = report.metric_axis([0.4, 0.4], [2.3, 1e6, 0.5])
+    equal = axes.metric_axis([0.4, 0.4], [2.3, 1e6, 0.5])
     assert equal.window == pytest.approx((0.2, 0.6))
     assert [equal.place(v)[1] for v in (2.3, 1e6, 0.5)] == [ABOVE, ABOVE, IN_PLACE]
     # Two close COMPLETE trials (a real digits run): the bulk of the pruned trials sets
     # the spread, so the one at 0.81 stays in place and the two near chance are pinned.
-    close = report.metric_axis([0.958, 0.947], [0.808, 0.195, 0.053])
+    close = axes.metric_axis([0.958, 0.947], [0.808, 0.195, 0.053])
     assert [close.place(v)[1] for v in (0.808, 0.195, 0.053)] == [IN_PLACE, BELOW, BELOW]
     # Nothing spread at all: no pinning, a padded range around the one value.
-    assert report.metric_axis([0.0], [0.0]).window is None
-    assert report.metric_axis([0.0], [0.0]).low < 0.0 < report.metric_axis([0.0], []).high
-    assert report.metric_axis([0.5, 0.5], [0.5]).window is None
+    assert axes.metric_axis([0.0], [0.0]).window is None
+    assert axes.metric_axis([0.0], [0.0]).low < 0.0 < axes.metric_axis([0.0], []).high
+    assert axes.metric_axis([0.5, 0.5], [0.5]).window is None
 
 
 @settings(max_examples=150, deadline=None)
@@ -483,8 +484,8 @@ def test_metric_axis_follows_the_completed_trials():
        st.lists(st.floats(-1e6, 1e6, allow_subnormal=False), max_size=8),
        st.sampled_from([1.0, -1.0, 1e-3, -1e3, 7.5]))
 def test_metric_axis_pins_the_same_values_whatever_the_scale_and_sign(done, rest, scale):
-    base = report.metric_axis(done, rest)
-    scaled = report.metric_axis([v * scale for v in done], [v * scale for v in rest])
+    base = axes.metric_axis(done, rest)
+    scaled = axes.metric_axis([v * scale for v in done], [v * scale for v in rest])
     sides = [base.place(v)[1] for v in done + rest]
     scaled_sides = [scaled.place(v * scale)[1] for v in done + rest]
     # A negative scale swaps above and below.
@@ -494,9 +495,9 @@ def test_metric_axis_pins_the_same_values_whatever_the_scale_and_sign(done, rest
 
 
 def test_cost_axis_starts_at_zero_and_reads_equal_costs():
-    assert report.cost_axis([0.25, 0.25, 0.25]) == pytest.approx((0.0, 0.27))
-    assert report.cost_axis([1.0, None, 4.0])[0] == 0.0
-    assert report.cost_axis([]) == (0.0, 1.0) == report.cost_axis([0.0, None])
+    assert axes.cost_axis([0.25, 0.25, 0.25]) == pytest.approx((0.0, 0.27))
+    assert axes.cost_axis([1.0, None, 4.0])[0] == 0.0
+    assert axes.cost_axis([]) == (0.0, 1.0) == axes.cost_axis([0.0, None])
 
 
 def test_the_pareto_front_is_labelled_by_the_objective():
@@ -1136,7 +1137,7 @@ def test_cli_dashboard_serves_the_run(real_run, in_tmp):
 
 
 def test_a_trial_moved_from_spot_to_on_demand_is_repriced_only_for_its_spot_part():
-    from hpsearch.report.report import savings_vs_on_demand
+    from hpsearch.report.savings import savings_vs_on_demand
 
     row = {"cost": 40.0, "spot_cost": 10.0, "instance": "aws:x", "spot": False}
     saved = savings_vs_on_demand([row], {"aws:x": 3.0})

@@ -119,7 +119,8 @@ def stopped_early_text(study, stop_reason: str | None, budget_closed: bool) -> s
 def _pauses(study) -> str | None:
     """What the policy's pauses came to, as the report says it; None if it paused no
     trial."""
-    from hpsearch.report.report import pause_summary, pauses_of
+    from hpsearch.report.rows import pauses_of
+    from hpsearch.report.summary import pause_summary
     from hpsearch.report.writers import pauses_text
 
     summary = pause_summary([pauses_of(t.user_attrs)

@@ -29,7 +29,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from hpsearch.errors import ConfigError, HpsearchError
 from hpsearch.money.fmt import fmt_money
-from hpsearch.report.report import ROW_COLUMNS, MetricAxis, Pin, Report, cost_axis, metric_axis
+from hpsearch.report.axes import MetricAxis, Pin, cost_axis, metric_axis
+from hpsearch.report.report import Report
+from hpsearch.report.rows import ROW_COLUMNS
 
 #: Output formats and their file names.
 FORMATS = {"html": "report.html", "csv": "report.csv", "json": "report.json",
@@ -320,7 +322,7 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
 
 def pauses_text(summary: dict[str, Any]) -> str:
     """How many trials the policy paused, how often, and what became of the pauses
-    (``summary`` holds :func:`hpsearch.report.report.pause_summary`'s keys)."""
+    (``summary`` holds :func:`hpsearch.report.summary.pause_summary`'s keys)."""
     if not summary["pauses"]:
         return "none"
     trials, pauses = summary["paused_trials"], summary["pauses"]
@@ -595,7 +597,7 @@ def _pin_note(report: Report, axis: MetricAxis, numbers_values: Iterable[tuple[i
 
 
 def plot_axis(report: Report) -> MetricAxis | None:
-    """The metric axis both metric plots share: :func:`~hpsearch.report.report.metric_axis` of
+    """The metric axis both metric plots share: :func:`~hpsearch.report.axes.metric_axis` of
     the COMPLETE trials' values and those of the other trials that cost money."""
     complete = [r["value"] for r in report.trials if r["state"] == "COMPLETE"
                 and r["cost"] is not None]

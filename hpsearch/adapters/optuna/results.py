@@ -21,6 +21,7 @@ import yaml
 
 from hpsearch.report import report as report_mod
 from hpsearch.report import writers
+from hpsearch.report.rows import ROW_COLUMNS
 from hpsearch.adapters.optuna.curve_sampler import EarlierStudy
 from hpsearch.adapters.optuna.study import make_storage
 from hpsearch.errors import ConfigError
@@ -253,7 +254,7 @@ def load_results(run_dir_or_storage_url: str | Path, study: str | None = None):
 
     report, _ = load_report(run_dir_or_storage_url, study)
     rows = report.flat_rows()
-    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(report_mod.ROW_COLUMNS))
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(ROW_COLUMNS))
     frame.attrs["summary"] = report.summary
     return frame
 
