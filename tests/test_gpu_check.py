@@ -211,20 +211,22 @@ def test_the_oom_trial_fails_unless_it_climbed_one_rung_after_a_real_oom(trial, 
 
 
 def test_the_report_passes_with_its_idle_gpu_money_line():
-    from hpsearch.report import report, writers
+    from hpsearch.report import plain_formats, report
 
     from .test_report import money, record, study_info
 
     gpu = {keys.ATTR_GPU_UTIL: 20.0, keys.ATTR_GPU_MEM_PEAK_MIB: 2100.0}
     sampled = report.build([record(n, "COMPLETE", 0.9, [0.9], when=1, **money(1.0, **gpu))
                             for n in range(2)], study_info())
-    verdict = gpu_check.judge_report(writers.markdown(sampled), writers.json_document(sampled))
+    verdict = gpu_check.judge_report(plain_formats.markdown(sampled),
+                                     plain_formats.json_document(sampled))
     assert verdict.ok, verdict.text
     assert verdict.text.startswith(f"{gpu_check.IDLE_ROW}: 1.6000 USD (mean GPU utilisation "
                                    "20%")
     cpu = report.build([record(0, "COMPLETE", 0.9, [0.9], when=1, **money(1.0))],
                        study_info())
-    verdict = gpu_check.judge_report(writers.markdown(cpu), writers.json_document(cpu))
+    verdict = gpu_check.judge_report(plain_formats.markdown(cpu),
+                                     plain_formats.json_document(cpu))
     assert not verdict.ok and "no GPU use sampled" in verdict.text
     assert not gpu_check.judge_report(None, None).ok
 

@@ -10,8 +10,9 @@ import pytest
 
 from hpsearch.spec import config as config_mod
 from hpsearch import keys
-from hpsearch.report import gpuuse, report, writers
+from hpsearch.report import gpuuse, report
 from hpsearch.report import rows as report_rows
+from hpsearch.report import text as report_text
 from hpsearch.adapters.optuna.study import StudyRecorder
 from hpsearch.report.gpuuse import GpuUse
 
@@ -116,10 +117,10 @@ def test_report_shows_money_paid_for_idle_gpu_time():
     assert s["idle_gpu_cost"] == pytest.approx(2.5)
     assert s["gpu_util_mean"] == pytest.approx((4 * 75 + 2 * 25) / 6)
     assert s["idle_gpu_cost_method"].startswith("estimate")
-    labels = dict(writers.summary_lines(built))
+    labels = dict(report_text.summary_lines(built))
     assert labels["Paid for idle GPU time (estimate)"].startswith("2.5000 USD")
     assert "58%" in labels["Paid for idle GPU time (estimate)"]
-    header, cells = writers.table_rows(built)
+    header, cells = report_text.table_rows(built)
     column = header.index("gpu util %")
     assert [c[column] for c in cells] == ["75", "25", "-"]
     assert "idle_gpu_cost" in report_rows.ROW_COLUMNS
@@ -130,5 +131,5 @@ def test_report_without_gpu_samples_says_so():
                          study_info())
     assert built.summary["idle_gpu_cost"] is None
     assert built.summary["gpu_util_mean"] is None
-    assert "no GPU use sampled" in dict(writers.summary_lines(built))[
+    assert "no GPU use sampled" in dict(report_text.summary_lines(built))[
         "Paid for idle GPU time (estimate)"]

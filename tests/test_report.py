@@ -30,8 +30,10 @@ from optuna.trial import TrialState
 import hpsearch
 from hpsearch.money import catalog as catalog_mod
 from hpsearch import keys
-from hpsearch.report import axes, curves, report, savings, writers
+from hpsearch.report import (axes, curves, html_page, plain_formats, plots, report, savings,
+                             writers)
 from hpsearch.report import rows as report_rows
+from hpsearch.report import text as report_text
 from hpsearch.errors import ConfigError
 from hpsearch.money.ledger import Ledger
 
@@ -144,7 +146,7 @@ def test_a_60_s_minimum_with_trials_of_a_few_seconds_shows_no_fictional_saving()
     # Six more trial-seconds at packing 0.5: 12 s more of the node, still in its minute.
     assert pruning["amount"] == 0.0 and pruning["share"] == 0.0
     assert pruning["baseline_cost"] == pytest.approx(0.60)
-    lines = dict(writers.summary_lines(built))
+    lines = dict(report_text.summary_lines(built))
     assert lines["Saved by pruning (estimate)"] == "0 USD (0.0% of 0.6000 USD)"
     assert lines["Spent"] == ("0.6000 USD: work kept 0.0300 USD, wasted 0 USD, idle "
                               "0.5700 USD")
@@ -203,7 +205,7 @@ def test_spot_saving_reprices_the_node_and_counts_lost_work_and_restarts():
         "aws", "x", "T4", 1, 16, 4, "", "USD", 0.0036 * 1.2, 0.0036, "", 1, 0, "test", "")])
     worse = report.build(records, info, catalog=dear).summary["savings_vs_on_demand"]
     assert worse["amount"] == pytest.approx(70 * 0.0012 - 0.1) and worse["amount"] < 0
-    text = writers._estimate_text(worse, "USD")
+    text = report_text.estimate_text(worse, "USD")
     assert text.startswith("none: it cost 0.0160 USD more than")
 
 
@@ -214,11 +216,11 @@ def test_idle_over_time_and_the_node_table():
     assert series["t_s"][0] == 0.0 and series["idle_cost"][0] == 0.0
     assert series["idle_cost"][1] == pytest.approx(0.02)  # the 2 s before the first trial
     assert series["idle_cost"][-1] == pytest.approx(built.summary["idle_cost"])
-    header, rows = writers.node_table(built)
+    header, rows = report_text.node_table(built)
     assert header[:3] == ["node", "instance", "kind"] and len(rows) == 1
     assert rows[0][4] == "60" and rows[0][-1] == "3"
-    assert "## Money by node" in writers.markdown(built)
-    doc = writers.json_document(built)
+    assert "## Money by node" in plain_formats.markdown(built)
+    doc = plain_formats.json_document(built)
     assert doc["idle_over_time"][0]["idle_cost"][-1] == pytest.approx(0.57)
 
 
@@ -431,7 +433,7 @@ def test_decisions_do_not_depend_on_the_direction_or_the_scale(scale, mode):
     assert s["mode"] == mode
     assert (s["best_trial"], built.pareto_front) == (3, [0, 4, 3])
     assert [p["best_number"] for p in built.best_vs_cost] == [None, None, None, 0, 4, 3]
-    axis = writers.plot_axis(built)
+    axis = plots.plot_axis(built)
     pinned = [r["number"] for r in built.trials
               if axis.place(r["value"])[1] is not axes.Pin.IN_PLACE]
     assert pinned == [1, 2]  # the diverged trials; trial 5 (0.88) is drawn in place
@@ -505,10 +507,10 @@ def test_the_pareto_front_is_labelled_by_the_objective():
     info["user_attrs"][keys.ATTR_CONFIG]["objective"]["metric"] = "val_loss"
     built = report.build(losses, info)
     assert built.summary["pareto_front_label"] == "val_loss vs cost"
-    labels = dict(writers.summary_lines(built))
+    labels = dict(report_text.summary_lines(built))
     assert labels["Pareto front (val_loss vs cost)"] == "trial 0, trial 4, trial 3"
-    assert "`*`: on the Pareto front (val_loss vs cost)." in writers.markdown(built)
-    panels = writers.figures(built)
+    assert "`*`: on the Pareto front (val_loss vs cost)." in plain_formats.markdown(built)
+    panels = plots.figures(built)
     assert panels[1].heading == "Pareto front: val_loss vs cost per trial"
     names = [t.name for t in panels[1].figure.data]
     assert "Pareto front (val_loss vs cost)" in names
@@ -522,7 +524,7 @@ def test_the_pareto_front_is_labelled_by_the_objective():
 def test_a_run_without_a_completed_trial_gets_notes_instead_of_empty_plots():
     failed = [record(i, "FAIL", None, [], when=i + 1, epochs=0, error="RuntimeError: oom",
                      **money(0.01, wasted=0.01)) for i in range(3)]
-    panels = writers.figures(report.build(failed, study_info()))
+    panels = plots.figures(report.build(failed, study_info()))
     assert [p.figure is None for p in panels] == [True, True, False]
     assert panels[0].notes == ["No completed trial: nothing to draw yet (3 trial(s) cost "
                                "0.0300 USD and none reported val_acc)."]
@@ -530,15 +532,15 @@ def test_a_run_without_a_completed_trial_gets_notes_instead_of_empty_plots():
     # Pruned trials alone are drawn, and the note says there is no front yet.
     pruned = [record(0, "PRUNED", 0.3, [0.3], when=1, **money(1.0)),
               record(1, "FAIL", 0.2, [0.2], when=2, **money(1.0))]
-    panels = writers.figures(report.build(pruned, study_info()))
+    panels = plots.figures(report.build(pruned, study_info()))
     assert all(p.figure is not None for p in panels)
     assert panels[1].notes == ["No completed trial: no Pareto front yet (it holds "
                                "COMPLETE trials only)."]
     assert all("Pareto" not in (t.name or "") for t in panels[1].figure.data)
     # No trial at all: three notes, no plot (and no plotly script in the page).
     empty = report.build([], study_info())
-    assert all(p.figure is None for p in writers.figures(empty))
-    page = writers.html_document(empty)
+    assert all(p.figure is None for p in plots.figures(empty))
+    page = html_page.html_document(empty)
     assert "no completed trial" in page.lower() and "plotly.js v" not in page
 
 
@@ -557,14 +559,14 @@ def test_a_run_without_a_completed_trial_gets_notes_instead_of_empty_plots():
     (None, ""),
 ])
 def test_stop_reasons_keep_four_significant_digits(text, short):
-    assert writers.fmt_reason(text) == short
+    assert report_text.fmt_reason(text) == short
 
 
 def test_stop_reasons_in_the_tables_are_shortened_and_kept_whole_in_the_data(tmp_path):
     reason = "asha: stopped at epoch 1/4 with val_acc=0.0833333333333333"
     built = report.build([record(0, "PRUNED", 0.0833333333333333, [0.0833333333333333],
                                  when=1, stop_reason=reason, **money(1.0))], study_info())
-    header, cells = writers.table_rows(built)
+    header, cells = report_text.table_rows(built)
     assert cells[0][header.index("stop reason / error")].endswith("val_acc=0.08333")
     writers.write(built, tmp_path, ["json", "csv", "md"])
     assert json.loads((tmp_path / "report.json").read_text())["trials"][0][
@@ -589,10 +591,10 @@ def test_pauses_are_counted_per_trial_and_in_the_summary(tmp_path):
     assert (rows[2]["paused_at"], rows[2]["resumes"]) == ([], 0)
     s = built.summary
     assert (s["paused_trials"], s["pauses"], s["resumes"], s["ended_paused"]) == (2, 3, 2, 1)
-    assert dict(writers.summary_lines(built))["Pauses"] == (
+    assert dict(report_text.summary_lines(built))["Pauses"] == (
         "2 trial(s) paused 3 times; 2 pause(s) undone (the trial trained on); 1 trial(s) "
         "not resumed after their last pause")
-    header, cells = writers.table_rows(built)
+    header, cells = report_text.table_rows(built)
     column = header.index("paused after")
     assert [c[column] for c in cells] == ["1, 2", "2", "-"]
     writers.write(built, tmp_path, ["json", "csv"])
@@ -600,8 +602,8 @@ def test_pauses_are_counted_per_trial_and_in_the_summary(tmp_path):
     assert "[1, 2]" in (tmp_path / "report.csv").read_text()
     # A run that paused nothing says so, and its table has no such column.
     quiet = report.build(records[2:], study_info())
-    assert dict(writers.summary_lines(quiet))["Pauses"] == "none"
-    assert "paused after" not in writers.table_rows(quiet)[0]
+    assert dict(report_text.summary_lines(quiet))["Pauses"] == "none"
+    assert "paused after" not in report_text.table_rows(quiet)[0]
 
 
 # -- conditional parameters ---------------------------------------------------------------
@@ -643,7 +645,7 @@ def test_a_param_missing_from_some_trials_gives_empty_cells(tmp_path):
         {"optimizer": "sgd", "momentum": 0.9}, {"optimizer": "adam", "betas": [0.9, 0.999]},
         {"optimizer": "adam", "lr": None, "epochs_warmup": 3}, {}]
 
-    header, cells = writers.table_rows(built)
+    header, cells = report_text.table_rows(built)
     params = [c[header.index("params")] for c in cells]
     assert params == ["optimizer=sgd, momentum=0.9", "optimizer=adam, betas=[0.9, 0.999]",
                       "optimizer=adam, lr=nan, epochs_warmup=3", ""]

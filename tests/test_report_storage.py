@@ -8,7 +8,8 @@ from hpsearch import keys
 from hpsearch.money import storage as sm
 from hpsearch.money.fmt import fmt_money
 from hpsearch.recovery import checkpoint_usage
-from hpsearch.report import report, writers
+from hpsearch.report import report
+from hpsearch.report import text as report_text
 
 from .test_report import record, study_info
 
@@ -47,10 +48,10 @@ def test_the_report_prices_each_trials_checkpoints_at_the_studys_storage():
     assert s["checkpoints"] == 3 and s["checkpoint_s_mean"] == pytest.approx(5.0 / 3)
     assert s["storage_currency"] == "USD" and s["storage_price"]["row"] == "aws:s3-standard"
     assert s["total_cost"] == pytest.approx(1.6)  # compute money is unchanged
-    line = dict(writers.summary_lines(built))["Checkpoint storage"]
+    line = dict(report_text.summary_lines(built))["Checkpoint storage"]
     assert line.startswith(fmt_money(s["storage_cost"], "USD") + " spent (3 checkpoint(s)")
     assert "1.5 GB kept" in line and "aws:s3-standard" in line and "s3://b/runs/hand-0123" in line
-    assert "Checkpoint storage" in dict(writers.method_lines(built))
+    assert "Checkpoint storage" in dict(report_text.method_lines(built))
 
 
 def test_a_study_without_a_storage_price_says_so():
@@ -58,8 +59,8 @@ def test_a_study_without_a_storage_price_says_so():
                       **use_attrs(1, 1000, 0.1, 0, 0, 1000, 1.0))]
     built = report.build(records, with_storage(None))
     assert built.summary["storage_cost"] is None and built.trials[0]["storage_cost"] is None
-    assert dict(writers.summary_lines(built))["Checkpoint storage"].endswith(
+    assert dict(report_text.summary_lines(built))["Checkpoint storage"].endswith(
         "(no storage price recorded)")
     none = report.build([record(0, "COMPLETE", 0.9, [0.9])], with_storage("local:disk"))
-    assert dict(writers.summary_lines(none))["Checkpoint storage"] == "no checkpoint written"
+    assert dict(report_text.summary_lines(none))["Checkpoint storage"] == "no checkpoint written"
     assert none.summary["storage_cost"] == 0.0

@@ -121,7 +121,7 @@ def _pauses(study) -> str | None:
     trial."""
     from hpsearch.report.rows import pauses_of
     from hpsearch.report.summary import pause_summary
-    from hpsearch.report.writers import pauses_text
+    from hpsearch.report.text import pauses_text
 
     summary = pause_summary([pauses_of(t.user_attrs)
                              for t in study.get_trials(deepcopy=False)])
