@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 from hpsearch.trials import TrialState
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.none import NoPruning
-from hpsearch.spec.config import mode_sign
+from hpsearch.spec.objective import mode_sign
 
 __all__ = ["IEpoch", "NoPruning", "make", "PEERS"]
 

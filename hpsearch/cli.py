@@ -358,13 +358,14 @@ def _validate(args: argparse.Namespace) -> int:
     import yaml
 
     from hpsearch.spec import config as config_mod
+    from hpsearch.spec import study_storage
 
     from hpsearch.money import pricing
     from hpsearch.money.fmt import fmt_money
 
     config = config_mod.load(args.space, args.overrides)
     if config.storage is not None:
-        config_mod.check_storage(config.storage)
+        study_storage.check_storage(config.storage)
     config_mod.check_training_cpus(config)
     from hpsearch.adapters import nvml
 

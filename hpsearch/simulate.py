@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from hpsearch.money.budget import Accountant
-from hpsearch.spec.config import Budget
+from hpsearch.spec.sections import Budget
 from hpsearch.trials import TrialState
 from hpsearch.core.ports import EpochReport, MemoryStudy, Policy
 from hpsearch.core.search import SearchCore

@@ -10,7 +10,7 @@ import pytest
 
 from hpsearch.money.budget import Accountant, Admission
 from hpsearch.money.fmt import fmt_money
-from hpsearch.spec.config import Budget
+from hpsearch.spec.sections import Budget
 from hpsearch.money.ledger import Ledger
 from hpsearch.money.ledger_entries import DONE, STOPPED
 from hpsearch.money.pricing import Price

@@ -14,19 +14,16 @@ import pytest
 import yaml
 
 from hpsearch.spec.config import (
-    MAX_DEPTH,
     MAX_EPOCHS,
     Config,
-    apply_overrides,
-    check_storage,
     check_training_cpus,
     load,
-    mode_from_metric,
-    parse_override,
-    read_yaml,
     reference_keys,
     validate,
 )
+from hpsearch.spec.objective import mode_from_metric
+from hpsearch.spec.raw_yaml import MAX_DEPTH, apply_overrides, parse_override, read_yaml
+from hpsearch.spec.study_storage import check_storage
 from hpsearch.errors import EXIT_CONFIG, ConfigError
 from hpsearch.spec.space import CategoricalParam, FloatParam, IntParam
 

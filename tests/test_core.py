@@ -8,7 +8,7 @@ import pytest
 
 from hpsearch import keys
 from hpsearch.money.budget import Accountant
-from hpsearch.spec.config import Budget
+from hpsearch.spec.sections import Budget
 from hpsearch.core.lifecycle import LifecycleError
 from hpsearch.core.ports import EpochReport, MemoryStudy
 from hpsearch.trials import TrialHistory, TrialState

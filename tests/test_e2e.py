@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 import hpsearch
 from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml
 from hpsearch.driver import RunAborted
 from hpsearch.errors import ConfigError
 
@@ -47,7 +48,7 @@ BAD = {"lr": 1.0e-6, "hidden": 16, "dropout": 0.0, "optimizer": "sgd"}
 
 def spec(**changes):
     """BASE with dotted-key changes applied."""
-    return config_mod.apply_overrides(copy.deepcopy(BASE), changes)
+    return raw_yaml.apply_overrides(copy.deepcopy(BASE), changes)
 
 
 def pruning_spec(name: str, pruning: dict) -> dict:
@@ -122,7 +123,7 @@ def test_a_trial_tune_could_not_hand_to_a_busy_process_runs_again(ray_cluster, i
     # drops that attempt without telling anyone, and the driver queues the trial again.
     run_dir = in_tmp / "busy"
     enqueue(run_dir, "busy", "max", [GOOD, BAD, GOOD])
-    cfg = config_mod.apply_overrides(pruning_spec("busy", {
+    cfg = raw_yaml.apply_overrides(pruning_spec("busy", {
         "policy": "asha", "min_epochs": 1, "reduction_factor": 2}), {
         "trainable": "tests.fault_trainables:lingering",
         "space.linger_s": {"type": "categorical", "choices": [4.0]},

@@ -8,7 +8,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml
 
 from .test_e2e import load_study
 from .test_e2e_preemption import fixed_trial
@@ -40,7 +40,7 @@ def test_a_bad_newest_checkpoint_falls_back_to_the_previous_one(
     crash_dir.mkdir()
     marker = in_tmp / "pwned"
     store = in_tmp / "runs" / "bad" / "checkpoints" / "trial-0000"
-    cfg = config_mod.apply_overrides(
+    cfg = raw_yaml.apply_overrides(
         fixed_trial("bad", crash_dir, trainable=TRAINABLE, store_dir=str(store), how=how,
                     marker=str(marker)),
         {"space.crash_epoch.choices": [3], "search.max_failures": 1,

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 import hpsearch
 from hpsearch import keys
-from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml
 
 from .test_e2e_faults import ENV
 
@@ -42,7 +42,7 @@ DIGITS = {
 
 
 def digits(**changes) -> dict:
-    return config_mod.apply_overrides(copy.deepcopy(DIGITS), changes)
+    return raw_yaml.apply_overrides(copy.deepcopy(DIGITS), changes)
 
 
 def study_of(result) -> optuna.Study:

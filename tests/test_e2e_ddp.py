@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 import hpsearch
 from hpsearch.adapters.trial.ddp import JOB_PREFIX, OWNER
 from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml
 from hpsearch.errors import ConfigError
 
 from .test_e2e import BAD, GOOD, enqueue, load_study, pruning_spec
@@ -33,8 +34,8 @@ ONE_DDP_AT_A_TIME = pytest.mark.xdist_group("ddp")
 
 def ddp_trial(name: str, tmp) -> dict:
     cfg = fixed_trial(name, tmp / "unused")
-    return config_mod.apply_overrides(cfg, {"resources.devices": 2, "resources.cpu": 2,
-                                            "max_epochs": 4})
+    return raw_yaml.apply_overrides(cfg, {"resources.devices": 2, "resources.cpu": 2,
+                                          "max_epochs": 4})
 
 
 def rank_processes() -> list[str]:
@@ -75,7 +76,7 @@ def test_a_ddp_trial_trains_on_two_processes_and_ends_them(ray_cluster, in_tmp):
 @ONE_DDP_AT_A_TIME
 def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
     clean = load_study(hpsearch.run(ddp_trial("clean", in_tmp), emit=None)).trials[0]
-    cfg = config_mod.apply_overrides(ddp_trial("preempted", in_tmp), {
+    cfg = raw_yaml.apply_overrides(ddp_trial("preempted", in_tmp), {
         "checkpoint.every_epochs": 2, "preemption.simulate.signal": "kill",
         "preemption.simulate.at": [{"trial": 0, "epoch": 3}]})
     result = hpsearch.run(cfg, emit=None)
@@ -101,7 +102,7 @@ def test_a_preempted_ddp_trial_resumes_exactly(ray_cluster, in_tmp):
 def test_a_pruned_ddp_trial_ends_all_its_ranks(ray_cluster, in_tmp):
     run_dir = in_tmp / "asha-ddp"
     enqueue(run_dir, "asha-ddp", "max", [GOOD, GOOD, BAD])
-    cfg = config_mod.apply_overrides(
+    cfg = raw_yaml.apply_overrides(
         pruning_spec("asha-ddp", {"policy": "asha", "min_epochs": 1, "reduction_factor": 2}),
         {"resources.devices": 2, "resources.cpu": 2})
     trials = load_study(hpsearch.run(cfg, run_dir=run_dir, emit=None)).get_trials()
@@ -134,7 +135,7 @@ def test_out_of_memory_on_another_rank_climbs_the_ladder(ray_cluster, in_tmp):
     ({"resources.devices": 0}, "resources.devices"),
 ])
 def test_devices_that_cannot_work_are_config_errors(tmp_path, changes, fragment):
-    cfg = config_mod.apply_overrides(fixed_trial("bad", tmp_path), changes)
+    cfg = raw_yaml.apply_overrides(fixed_trial("bad", tmp_path), changes)
     with pytest.raises(ConfigError, match=fragment):
         config_mod.validate(cfg)
 
@@ -143,7 +144,7 @@ def test_devices_default_to_one_process_per_whole_gpu(tmp_path):
     base = fixed_trial("x", tmp_path)
     for changes, processes in [({}, 1), ({"resources.gpu": 0.25}, 1),
                                ({"resources.gpu": 2}, 2), ({"resources.devices": 3}, 3)]:
-        cfg = config_mod.validate(config_mod.apply_overrides(base, changes))
+        cfg = config_mod.validate(raw_yaml.apply_overrides(base, changes))
         assert cfg.resources.processes == processes
 
 

@@ -19,7 +19,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml
 from hpsearch.money.ledger import Ledger
 
 from .conftest import REPO
@@ -92,7 +92,7 @@ def test_a_preemption_loses_at_most_one_checkpoint_interval_and_resumes_exactly(
     crash_dir = in_tmp / "unused"
     clean = load_study(hpsearch.run(fixed_trial("clean", crash_dir), emit=None)).trials[0]
     cfg = fixed_trial("preempted", crash_dir)
-    cfg = config_mod.apply_overrides(cfg, {
+    cfg = raw_yaml.apply_overrides(cfg, {
         "checkpoint.every_epochs": 2,
         "preemption.simulate.at": [{"trial": 0, "epoch": 3}]})
     preempted = load_study(hpsearch.run(cfg, emit=None)).trials[0]
@@ -132,7 +132,7 @@ def test_an_interruption_notice_checkpoints_and_restarts_without_loss(ray_cluste
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/latest/meta-data/spot/instance-action"
     try:
-        cfg = config_mod.apply_overrides(
+        cfg = raw_yaml.apply_overrides(
             fixed_trial("notice", in_tmp / "unused"),
             {"max_epochs": 40, "preemption.notice_url": url,
              "preemption.notice_poll_s": 0.2, "preemption.grace_s": 60})

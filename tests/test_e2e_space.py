@@ -8,6 +8,7 @@ from optuna.trial import TrialState
 
 import hpsearch
 from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +59,6 @@ def test_momentum_is_sampled_only_with_sgd_and_reaches_the_optimizer(ray_cluster
         else:
             assert "betas" in group  # Adam: no momentum param at all
     assert optimizers == {"adam", "sgd"}, "the seed should draw both optimizers"
-    saved = config_mod.read_yaml(result.run_dir / "space.yaml")
+    saved = raw_yaml.read_yaml(result.run_dir / "space.yaml")
     assert saved["space"]["momentum"]["condition"] == {"optimizer": "sgd"}
     assert saved["objective"]["mode"] == "max"

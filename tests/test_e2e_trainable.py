@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 import hpsearch
-from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml
 from hpsearch.errors import RunAborted, RunFailed
 
 from .conftest import REPO
@@ -39,7 +39,7 @@ def lit_trial(name: str, tmp: Path, **space) -> dict:
     probe = tmp / f"packages-{name}"
     probe.mkdir(exist_ok=True)
     cfg = fixed_trial(name, tmp / "crash", trainable=LIT, probe_dir=str(probe), **space)
-    return config_mod.apply_overrides(cfg, {"max_epochs": 5})
+    return raw_yaml.apply_overrides(cfg, {"max_epochs": 5})
 
 
 def packages_seen(tmp: Path, name: str) -> set[str]:
@@ -69,7 +69,7 @@ def test_a_lightning_trainable_resumes_exactly_after_its_process_is_killed(
         ray_cluster, in_tmp):
     (in_tmp / "crash").mkdir()
     crashed_cfg = lit_trial("lit-crashed", in_tmp, crash_epoch=2)
-    crashed_cfg = config_mod.apply_overrides(crashed_cfg, {"search.max_failures": 1})
+    crashed_cfg = raw_yaml.apply_overrides(crashed_cfg, {"search.max_failures": 1})
     crashed = load_study(hpsearch.run(crashed_cfg, emit=None)).trials[0]
     assert (in_tmp / "crash" / "crashed-lit").read_text() == "2", "it did not die"
     clean = load_study(hpsearch.run(lit_trial("lit-clean", in_tmp), emit=None)).trials[0]
@@ -88,7 +88,7 @@ def test_a_lightning_trainable_resumes_exactly_after_its_process_is_killed(
 
 @ONE_DDP_AT_A_TIME
 def test_a_lightning_ddp_trial_resumes_after_a_preemption(ray_cluster, in_tmp):
-    cfg = config_mod.apply_overrides(lit_trial("lit-ddp", in_tmp), {
+    cfg = raw_yaml.apply_overrides(lit_trial("lit-ddp", in_tmp), {
         "resources.devices": 2, "resources.cpu": 2, "max_epochs": 4,
         "checkpoint.every_epochs": 2, "preemption.simulate.signal": "kill",
         "preemption.simulate.at": [{"trial": 0, "epoch": 3}]})

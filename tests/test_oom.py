@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpsearch.recovery.oom import OomLadder
-from hpsearch.spec.config import DEFAULT_OOM_LADDER
+from hpsearch.spec.sections import DEFAULT_OOM_LADDER
 
 
 def test_the_default_ladder_halves_twice_then_mixed_precision_then_checkpointing():
@@ -51,9 +51,10 @@ def test_unknown_rungs_are_refused():
 
 def test_the_config_refuses_unknown_rungs_naming_the_field():
     from hpsearch.spec import config
+    from hpsearch.spec import raw_yaml
     from hpsearch.errors import ConfigError
 
-    raw = config.read_yaml("search_spaces/digits_mlp.yaml")
+    raw = raw_yaml.read_yaml("search_spaces/digits_mlp.yaml")
     with pytest.raises(ConfigError) as info:
         config.load(raw, {"oom.ladder": ["halve_batch", "shrink_model"]})
     assert info.value.field == "oom.ladder[1]" and "shrink_model" in str(info.value)

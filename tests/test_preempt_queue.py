@@ -17,7 +17,7 @@ from hpsearch.money.statement import statement
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.none import NoPruning
 from hpsearch.simulate import Curve, Preemptions, simulate
-from hpsearch.spec.config import Budget
+from hpsearch.spec.sections import Budget
 
 from .test_core import PRICE, Scripted, S, epoch, make, start
 from .test_simulate import ScriptedPreemptions

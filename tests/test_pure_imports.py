@@ -18,6 +18,7 @@ HEAVY = ("ray", "torch", "pytorch_lightning", "lightning", "optuna")
 PURE_MODULES = [
     "hpsearch",
     "hpsearch.spec.config",
+    "hpsearch.spec.study_storage",
     "hpsearch.spec.space",
     "hpsearch.scalars",
     "hpsearch.errors",

@@ -409,7 +409,7 @@ def test_poisson_preemptions_are_seeded():
 from hpsearch.money.nodes import Fleet, fleet_cost  # noqa: E402
 from hpsearch.money.pricing import Price  # noqa: E402
 from hpsearch.money.statement import statement  # noqa: E402
-from hpsearch.spec.config import Budget  # noqa: E402
+from hpsearch.spec.sections import Budget  # noqa: E402
 
 
 def test_workers_released_when_idle_bill_busy_time_and_no_idle():

@@ -169,7 +169,7 @@ def test_a_paused_trial_killed_during_its_resumed_attempt_restarts_first(url):
     from hpsearch.money.pricing import Price
     from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
     from hpsearch.pruning.none import NoPruning
-    from hpsearch.spec.config import Budget
+    from hpsearch.spec.sections import Budget
 
     class PauseFirstEpoch(NoPruning):
         name = "test"

@@ -11,7 +11,7 @@ from pathlib import Path
 from hpsearch.errors import EXIT_INTERRUPTED, HpsearchError
 from hpsearch.recovery import faults
 from hpsearch.report.progress import display_path
-from hpsearch.spec import config as config_mod
+from hpsearch.spec import study_storage
 
 log = logging.getLogger("hpsearch")
 
@@ -84,7 +84,7 @@ def disk_full(exc: BaseException, run_path: Path, url: str) -> faults.DiskFull |
     where = cause.path
     if where is None:
         text = "".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e).lower()
-        sqlite = config_mod.sqlite_file(url)
+        sqlite = study_storage.sqlite_file(url)
         where = str(sqlite) if sqlite is not None and "database or disk" in text else None
     return faults.DiskFull(where or run_path, run_path)
 

@@ -12,6 +12,7 @@ from hpsearch import keys
 from hpsearch.errors import HpsearchError
 from hpsearch.report.progress import display_path, display_url, top_table
 from hpsearch.spec import config as config_mod
+from hpsearch.spec import objective
 from hpsearch.trials import TrialState
 
 log = logging.getLogger("hpsearch")
@@ -133,7 +134,7 @@ def _state_rows(study: Any) -> list[dict[str, Any]]:
     from optuna.trial import TrialState
 
     # Best first: the lowest key, so higher-is-better scores are negated.
-    sign = -config_mod.mode_sign("max" if study.direction.name == "MAXIMIZE" else "min")
+    sign = -objective.mode_sign("max" if study.direction.name == "MAXIMIZE" else "min")
     order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1, TrialState.FAIL: 2}
     rows = []
     for t in study.get_trials(deepcopy=False):

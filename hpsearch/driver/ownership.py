@@ -10,6 +10,7 @@ from hpsearch import keys
 from hpsearch.errors import ConfigError
 from hpsearch.report.progress import display_path, display_url
 from hpsearch.spec import config as config_mod
+from hpsearch.spec import study_storage
 
 
 def check_existing_study(config: config_mod.Config, url: str, ledger=None,
@@ -25,7 +26,7 @@ def check_existing_study(config: config_mod.Config, url: str, ledger=None,
     """
     from hpsearch.adapters.optuna.study import check_compatible, existing_study_record
 
-    db_file = config_mod.sqlite_file(url)
+    db_file = study_storage.sqlite_file(url)
     if db_file is not None and not db_file.exists():
         return False  # opening it would create it: nothing to check
     record = existing_study_record(url, config.name)

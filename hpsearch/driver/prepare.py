@@ -14,6 +14,7 @@ from hpsearch.errors import ConfigError
 from hpsearch.money.fmt import fmt_money
 from hpsearch.recovery import faults
 from hpsearch.spec import config as config_mod
+from hpsearch.spec import raw_yaml, study_storage
 
 
 def _check_minimum(config: config_mod.Config, price) -> None:
@@ -68,7 +69,7 @@ def prepare(source, overrides, run_dir, backend, trainable,
     for warning in config.warnings:
         out(f"warning: {warning}")
     if config.storage is not None:
-        config_mod.check_storage(config.storage)  # before anything opens or writes it
+        study_storage.check_storage(config.storage)  # before anything opens or writes it
     backend.check(config)
     gpu = nvml.for_pricing(config)
     first = pricing.resolve(config, gpu=gpu)  # unknown instance: before anything starts
@@ -76,7 +77,7 @@ def prepare(source, overrides, run_dir, backend, trainable,
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(config.name)
     run_path = run_path.absolute()
     url = storage_url_for(config, run_path)
-    faults.check_writable(run_path, config_mod.sqlite_file(url))
+    faults.check_writable(run_path, study_storage.sqlite_file(url))
     checkpoints = RunCheckpoints(config, run_path)  # opened, priced: before anything is written
     return Prepared(backend, started_s, config, gpu, first.currency, run_path, url,
                     checkpoints, _read_prior(config, url))
@@ -111,8 +112,8 @@ def _load_config(source, overrides, trainable) -> config_mod.Config:
 
     if trainable is None:
         return config_mod.load(source, overrides)
-    raw = dict(source) if isinstance(source, Mapping) else config_mod.read_yaml(source)
-    raw = config_mod.apply_overrides(raw, overrides)
+    raw = dict(source) if isinstance(source, Mapping) else raw_yaml.read_yaml(source)
+    raw = raw_yaml.apply_overrides(raw, overrides)
     if not callable(trainable):
         raw["trainable"] = trainable
         return config_mod.validate(raw)

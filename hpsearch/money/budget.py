@@ -29,7 +29,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from hpsearch.spec.config import Budget
+from hpsearch.spec.sections import Budget
 from hpsearch.money.billing import Billing
 from hpsearch.money.forecast import Forecast
 from hpsearch.money.ledger import Ledger

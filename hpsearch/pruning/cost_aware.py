@@ -4,7 +4,7 @@ evidence changes.
 
 Pure module, curve-based (see "Pruning on real curves" in the design notes). Every
 comparison is made on sign-adjusted scores (higher is better: the metric times
-:func:`hpsearch.spec.config.mode_sign`'s sign), and every amount that is added to a score is
+:func:`hpsearch.spec.objective.mode_sign`'s sign), and every amount that is added to a score is
 measured in the run, in the spread of the scores seen at the same epoch: no constant is in
 the metric's units, so scaling the metric (accuracy in percent or as a fraction) or
 negating it and flipping the mode (a loss) changes no decision.
@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.predictor import FinalPredictor
-from hpsearch.spec.config import COST_AWARE_FINISH_SHARE, mode_sign
+from hpsearch.spec.objective import mode_sign
+from hpsearch.spec.sections import COST_AWARE_FINISH_SHARE
 from hpsearch.trials import TrialState
 
 if TYPE_CHECKING:

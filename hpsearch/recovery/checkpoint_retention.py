@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hpsearch.recovery import storage
 from hpsearch.recovery.checkpoint_layout import Entry, is_data, scan
-from hpsearch.spec.config import mode_sign
+from hpsearch.spec.objective import mode_sign
 
 
 class Retention:

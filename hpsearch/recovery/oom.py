@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpsearch.spec.config import (DEFAULT_OOM_LADDER, GRAD_CHECKPOINTING, HALVE_BATCH,
-                                  MIXED_PRECISION)
+from hpsearch.spec.sections import (DEFAULT_OOM_LADDER, GRAD_CHECKPOINTING, HALVE_BATCH,
+                                    MIXED_PRECISION)
 
 
 @dataclass
@@ -24,7 +24,7 @@ class OomLadder:
 
     Args:
         steps: The rungs, in order (each one of
-            :data:`hpsearch.spec.config.OOM_STEPS`, the names ``oom.ladder`` accepts).
+            :data:`hpsearch.spec.sections.OOM_STEPS`, the names ``oom.ladder`` accepts).
         min_batch_size: ``halve_batch`` never goes below this.
         batch_param: The param holding the batch size (if the space has it).
     """

@@ -10,7 +10,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from hpsearch.report.rows import STATES, check_mode, parse_time
 from hpsearch.scalars import finite as _finite
-from hpsearch.spec.config import better, mode_sign
+from hpsearch.spec.objective import better, mode_sign
 
 #: States whose trials enter the Pareto front: only a trial trained to the end is a
 #: configuration one can pick at its cost (a pruned trial's value is a partial curve).

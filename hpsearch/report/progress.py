@@ -59,7 +59,7 @@ class Tally:
             self.failed += 1
 
     def is_better(self, value: float) -> bool:
-        from hpsearch.spec.config import better
+        from hpsearch.spec.objective import better
 
         return self.best_value is None or better(value, self.best_value, self.mode)
 

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from hpsearch import keys
 from hpsearch.report import gpuuse
 from hpsearch.scalars import finite as _finite
-from hpsearch.spec.config import better
+from hpsearch.spec.objective import better
 from hpsearch.trials import TrialState
 
 #: Trial states in the order the report lists them. BUDGET_STOPPED: the budget stopped

@@ -22,7 +22,7 @@ from hpsearch.report.rows import STATES
 from hpsearch.report.savings import (savings_vs_no_pruning, savings_vs_on_demand,
                                      savings_vs_on_demand_without_pruning)
 from hpsearch.scalars import finite as _finite
-from hpsearch.spec.config import better
+from hpsearch.spec.objective import better
 
 
 def study_mode(study: Mapping[str, Any]) -> str:

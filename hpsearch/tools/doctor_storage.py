@@ -129,7 +129,7 @@ def storage_check(url: str, run_dir: Path, default: bool = False,
             :func:`hpsearch.adapters.system.rdb_error`).
     """
     from hpsearch.report.progress import display_url
-    from hpsearch.spec.config import sqlite_file
+    from hpsearch.spec.study_storage import sqlite_file
 
     shown = display_url(url, run_dir.absolute())
     db = sqlite_file(url)
