@@ -70,11 +70,10 @@ class IEpoch(NoPruning):
 
 
 def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = "max",
-         metric: str = METRIC, chooser: Any = None, **options: Any) -> Any:
+         metric: str = METRIC, **options: Any) -> Any:
     """A fresh policy for ``policy`` (its state is per run), or, for policies that need
     the run's money, a function of the run's accountant that makes one (what
-    :func:`hpsearch.simulate.simulate` accepts). ``chooser``: the curve sampler's resume
-    ranking, given to the cost-aware policy (the others have no pauses it could rank)."""
+    :func:`hpsearch.simulate.simulate` accepts)."""
     if policy == "none":
         return NoPruning()
     if policy.startswith("i-epoch-"):
@@ -95,12 +94,11 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
     if policy.startswith("optuna-"):
         return _optuna(policy, max_epochs, seed, mode, metric)
     if policy == "cost_aware":
-        return _cost_aware(max_epochs, mode, chooser=chooser,
-                           **options.get("cost_aware", {}))
+        return _cost_aware(max_epochs, mode, **options.get("cost_aware", {}))
     if policy.startswith("cost_aware-a"):  # the knob at another value: cost_aware-a0.5
         knob = {**options.get("cost_aware", {}),
                 "aggressiveness": float(policy.rsplit("-a", 1)[1])}
-        return _cost_aware(max_epochs, mode, name=policy, chooser=chooser, **knob)
+        return _cost_aware(max_epochs, mode, name=policy, **knob)
     raise _unknown(policy)
 
 
@@ -129,8 +127,7 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = ME
 
 
 def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
-                name: str | None = None, chooser: Any = None,
-                **policy_kwargs: Any) -> Callable:
+                name: str | None = None, **policy_kwargs: Any) -> Callable:
     """hpsearch's cost-aware policy, made with the simulated run's accountant (named
     ``name`` in the benchmark's rows when given)."""
     from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
@@ -138,7 +135,7 @@ def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
     def with_accountant(accountant):
         pruner = CostAwarePruner(CostAwarePolicy(mode, max_epochs,
                                                  aggressiveness=aggressiveness,
-                                                 **policy_kwargs), accountant, chooser)
+                                                 **policy_kwargs), accountant)
         if name is not None:
             pruner.name = name
         return pruner

@@ -240,7 +240,6 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
                     scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n,
                                            seed=seed, mode=pool.objective.mode,
                                            metric=pool.objective.metric,
-                                           chooser=study and study.resume_chooser(),
                                            **(options or {}))
                     result = simulate(pool.curves, order, workers, scheduler, preemptions=(
                         Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)

@@ -17,8 +17,7 @@ hyperparameters that were trained.
 The curve sampler (:class:`hpsearch.adapters.optuna.curve_sampler.CurveSampler`) rates
 candidates instead of proposing a point: its candidates are the pool's configurations
 not tried yet (a random sample of the space, as its own random candidates are), so its
-proposal is one of them. It shares its planner with the cost-aware policy's resume
-ranking (:meth:`SampledStudy.resume_chooser`), as a real run's study does.
+proposal is one of them. One planner serves every ask, as in a real run's study.
 
 What this measures that the fixed order cannot: how much sooner the configuration that
 hits is started when the sampler learns from the policy's evidence (full curves for no
@@ -106,7 +105,8 @@ class SampledStudy(MemoryStudy):
                                           else "minimize")
         self.trials: dict[int, Any] = {}  # pool index -> its Optuna trial
         self.epoch_times: dict[int, list[float]] = {}
-        #: Seconds each proposal (and each resume ranking) took: the sampler's CPU cost.
+        #: CPU seconds each proposal took (this process's, on a shared machine's load
+        #: as on an idle one): the sampler's cost per decision.
         self.decision_s: list[float] = []
         self.planner = None
         if sampler == "curve":
@@ -138,16 +138,6 @@ class SampledStudy(MemoryStudy):
             return CurveSampler(self.distributions(), seed=seed, planner=self.planner)
         return tpe_sampler(seed)
 
-    def resume_chooser(self):
-        """The curve sampler's planner as the cost-aware policy's resume ranking (None
-        for another sampler), reading this study as a real run's reads its own."""
-        if self.planner is None:
-            return None
-        from hpsearch.adapters.optuna.samplers import curve_resume_chooser
-
-        return _Timed(curve_resume_chooser(self.planner, self.optuna, self.search_seed),
-                      self.decision_s)
-
     def _unit(self, name: str, value: float) -> float:
         low, high, log = self.space[name]
         if log:
@@ -172,12 +162,12 @@ class SampledStudy(MemoryStudy):
         if self.sampler == "order":
             number = next(i for i in self.fixed if self.untried[i])
         else:
-            started = time.perf_counter()
+            started = time.process_time()
             self.optuna.sampler = self._sampler(
                 sampler_seed(self.search_seed, len(self.optuna.get_trials(deepcopy=False))))
             proposal = self.optuna.ask()
             point = self._suggest(proposal)
-            self.decision_s.append(time.perf_counter() - started)
+            self.decision_s.append(time.process_time() - started)
             self.optuna.tell(proposal, state=optuna.trial.TrialState.FAIL)
             unit = np.array([self._unit(name, point[name]) for name in self.names])
             distance = ((self.units - unit) ** 2).sum(axis=1)
@@ -226,17 +216,3 @@ class SampledStudy(MemoryStudy):
             self.optuna.tell(self.trials[number], value)
         elif told is not None:
             self.optuna.tell(self.trials[number], state=told)
-
-
-class _Timed:
-    """A resume chooser whose every call's seconds are appended to ``into``."""
-
-    def __init__(self, chooser, into: list[float]):
-        self.chooser, self.into = chooser, into
-
-    def choose(self, paused, fresh):
-        started = time.perf_counter()
-        try:
-            return self.chooser.choose(paused, fresh)
-        finally:
-            self.into.append(time.perf_counter() - started)

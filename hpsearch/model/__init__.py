@@ -1,9 +1,9 @@
 """What the curves say: one model of a configuration's metric over its hyperparameters
 and its epochs (freeze-thaw), fitted on every partial curve of the study and of earlier
 studies of the same space, and the choices it answers: which new configuration to start
-and whether a paused trial is worth more than it.
+(and the forecasts of partial curves it rates them against).
 
 Pure package (numpy; scikit-learn's trees, imported when a model is fitted). The Optuna
-sampler (:mod:`hpsearch.adapters.optuna.curve_sampler`) and the cost-aware policy's
-resume ranking drive the same :class:`~hpsearch.model.planner.Planner`.
+sampler (:mod:`hpsearch.adapters.optuna.curve_sampler`) and the benchmark's simulated
+study drive the same :class:`~hpsearch.model.planner.Planner`.
 """

@@ -1,15 +1,18 @@
-"""What the next unit of money buys: a new configuration (and which), or more epochs of a
-paused trial, each valued as its expected improvement over the incumbent per second of
-work to the next decision about it.
+"""Which new configuration the next unit of money buys: the candidate with the best
+expected improvement over the incumbent per second of work to the policy's first
+decision about it.
 
-Pure module. Both are asked of one fitted model (:mod:`hpsearch.model.freeze_thaw`), so
-they are on one scale: the expected gain, in final standings, of the trial's end over the
-incumbent's, from the model's plausible finals. The price of that gain is the work until
-the policy next decides about it (``first_decision`` epochs of a new configuration, one
-epoch of a resumed trial, each at its expected seconds per epoch), so a cheap look at a
-promising new configuration can outbid a long climb of a paused near-tie, and the
-reverse. Seconds, not money: every trial runs at a node's price that the planner does
-not know when it chooses, so the ratio of two values is the same in money.
+Pure module. The value is asked of one fitted model (:mod:`hpsearch.model.freeze_thaw`):
+the expected gain, in final standings, of the configuration's end over the incumbent's,
+from the model's plausible finals. Its price is the work until the policy first decides
+about it (``first_decision`` epochs at the median measured seconds per epoch). Seconds,
+not money: every trial runs at a node's price that the planner does not know when it
+proposes, so the ratio of two values is the same in money.
+
+Which paused trial to resume is the pruning policy's question, not this module's: ranking
+resumes on this scale against new configurations (and among themselves) lost 6-10 of 65
+hits on the development tasks (see docs/curve_sampler.md, "Resumes: measured and left to
+the policy").
 """
 
 from __future__ import annotations
@@ -53,8 +56,7 @@ class Proposal:
 
 
 class Planner:
-    """Proposes new configurations and ranks them against paused trials (see the module
-    docstring).
+    """Proposes new configurations (see the module docstring).
 
     Args:
         dims: The space.
@@ -136,47 +138,3 @@ class Planner:
             return own
         measured = [t.epoch_s for t in trials if t.epoch_s]
         return statistics.median(measured) if measured else 1.0
-
-    # -- start or resume ----------------------------------------------------------------
-
-    def choose(self, trials: Sequence[TrialCurve], paused: Sequence[int], fresh: bool,
-               seed: int) -> int | None:
-        """Of the ``paused`` trials (those the policy would let resume), the one worth
-        most per second to its next epoch; None when a new configuration is worth more
-        (``fresh``: one may start) or none is worth anything. Uses the forest the last
-        proposal fitted (a study keeps the sampler's fits, not this ranking's)."""
-        fitted = self.model.latest(trials)
-        if fitted is None or not paused:
-            return paused[0] if paused and fitted is None else None
-        by_number = {t.number: t for t in trials}
-        queries = [(by_number[n].x, by_number[n].last_epoch, n) for n in paused
-                   if n in by_number]
-        numbers = [n for n in paused if n in by_number]
-        if not queries:
-            return None
-        gains = expected_improvement(fitted.final(queries), fitted.reference())
-        values = np.array([g / self._epoch_s(trials, n) for g, n in zip(gains, numbers)])
-        best = int(np.argmax(values))
-        if fresh:
-            pool = self._candidates(fitted, seed)
-            if pool and float(np.max(self._rate(fitted, pool)[1])) >= values[best]:
-                return None
-        return numbers[best] if gains[best] > 0 or not fresh else None
-
-
-class PlannedResume:
-    """A :class:`Planner` bound to where the study's trials are read from: what the
-    cost-aware policy asks before it resumes a paused trial.
-
-    Args:
-        planner: The planner the sampler also proposes with.
-        trials: Reads the study's trials now.
-        seed: The seed of the proposal that would be made now (the sampler's).
-    """
-
-    def __init__(self, planner: Planner, trials: Callable[[], Sequence[TrialCurve]],
-                 seed: Callable[[], int]):
-        self.planner, self.trials, self.seed = planner, trials, seed
-
-    def choose(self, paused: Sequence[int], fresh: bool) -> int | None:
-        return self.planner.choose(self.trials(), paused, fresh, self.seed())

@@ -55,7 +55,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.predictor import FinalPredictor
@@ -539,15 +539,6 @@ class Prediction:
     high: float
 
 
-class ResumeChooser(Protocol):
-    """Ranks the paused trials the pruner would let resume against starting a new
-    configuration (the curve sampler's planner, :class:`~hpsearch.model.planner.PlannedResume`)."""
-
-    def choose(self, paused: "Sequence[int]", fresh: bool) -> int | None:
-        """The trial of ``paused`` (best first by the pruner's own ranking) to resume now,
-        or None: a new configuration is worth more (``fresh``) or the worker waits."""
-
-
 class CostAwarePruner:
     """The cost-aware policy as a running search keeps it: the board of curves and the
     accountant's measured epoch costs. It implements the core's
@@ -558,17 +549,13 @@ class CostAwarePruner:
         policy: The decision rule.
         accountant: The run's money; its measured epoch times x node prices give the
             cost rates.
-        chooser: Ranks the paused trials that qualify for a resume against a new
-            configuration (:meth:`pick_resume`); None: the best qualified one resumes.
     """
 
     name = "cost_aware"
 
-    def __init__(self, policy: CostAwarePolicy, accountant: "Accountant",
-                 chooser: "ResumeChooser | None" = None):
+    def __init__(self, policy: CostAwarePolicy, accountant: "Accountant"):
         self.policy = policy
         self.accountant = accountant
-        self.chooser = chooser
         self.board = Board(mode=policy.mode)
         #: The predictions behind every pause and stop, for measuring calibration.
         self.predictions: list[Prediction] = []
@@ -689,60 +676,59 @@ class CostAwarePruner:
         again: there is nothing to pause it for; a budget caps this last round. Of those,
         the one with the best expected improvement over the incumbent per unit of its
         epoch's cost (measured epoch time x its node's price); before any trial finished,
-        the best ranked per unit of cost. With a ``chooser`` (the curve sampler's
-        planner, :class:`~hpsearch.model.planner.PlannedResume`), the trials that qualify
-        are ranked by it instead, against a new configuration: it may start one instead.
+        the best ranked per unit of cost.
         """
-        board, policy = self.board, self.policy
-        incumbent = board.incumbent()
-        qualified: list[tuple[tuple, int]] = []
-        ratio_of = None
+        incumbent = self.board.incumbent()
+        ratios: list = []  # the peers' epoch-cost ratios, measured once per scan
+        best: tuple | None = None
         for trial in waiting:
-            paused = self.paused.get(trial)
-            if paused is None:
-                continue
-            epoch, seen = paused
-            if fresh and len(board.trials_at.get(epoch, ())) <= seen:
-                continue  # nothing new at its epoch: the evidence that paused it holds
-            evidence = (len(board.finished), len(board.trials_at.get(epoch, ())), incumbent)
-            if not fresh and self._passed_over.get(trial) == evidence:
-                continue  # judged on this same evidence already (the scan is per free worker)
-            interval = policy.interval(board, trial, epoch)
-            if fresh and (interval is not None and incumbent is not None
-                          and interval[1] < incumbent):
-                # Not recorded as passed over: the last round judges it by another rule.
-                continue
-            hopeless = policy._guard(board, trial, epoch, board.scores[trial][epoch],
-                                     interval) is not None
-            if fresh and hopeless:
-                continue  # it would be paused again after its next epoch
-            gain = policy.expected_improvement(board, trial, epoch)
-            if not fresh and (gain is None or gain <= 0 or hopeless):
-                self._passed_over[trial] = evidence
-                continue  # no forecast yet, no chance, or no optimistic path: wait
-            # Its epoch cost against its peers', as when it was paused.
-            if ratio_of is None:
-                ratio_of = self._ratios()
-            ratio = ratio_of(trial)
-            cut = policy.cut(board, trial, epoch, ratio)
-            if cut is None or (fresh and not cut.keeps):
-                continue
-            per_cost = 1.0 / ratio if ratio else 1.0
-            # Expected improvement per cost where it can be predicted, else rank per cost;
-            # ties go to the lower trial number (deterministic).
-            key = (gain is not None, (gain if gain is not None else 1.0 / cut.rank) * per_cost,
-                   -trial)
-            qualified.append((key, trial))
-        if not qualified:
+            key = self._resume_key(trial, fresh, incumbent, ratios)
+            if key is not None and (best is None or key > best[0]):
+                best = (key, trial)
+        if best is None:
             return None
-        qualified.sort(reverse=True)
-        if self.chooser is not None:
-            pick = self.chooser.choose([trial for _, trial in qualified], fresh)
-        else:
-            pick = qualified[0][1]
-        if pick is not None and not fresh:
-            self.last_round.add(pick)
-        return pick
+        if not fresh:
+            self.last_round.add(best[1])
+        return best[1]
+
+    def _resume_key(self, trial: int, fresh: bool, incumbent: float | None,
+                    ratios: list) -> tuple | None:
+        """How much a resume of ``trial`` is worth (larger is better), or None if it does
+        not qualify now (see :meth:`pick_resume`)."""
+        board, policy = self.board, self.policy
+        paused = self.paused.get(trial)
+        if paused is None:
+            return None
+        epoch, seen = paused
+        if fresh and len(board.trials_at.get(epoch, ())) <= seen:
+            return None  # nothing new at its epoch: the evidence that paused it holds
+        evidence = (len(board.finished), len(board.trials_at.get(epoch, ())), incumbent)
+        if not fresh and self._passed_over.get(trial) == evidence:
+            return None  # judged on this same evidence already (the scan is per free worker)
+        interval = policy.interval(board, trial, epoch)
+        if fresh and (interval is not None and incumbent is not None
+                      and interval[1] < incumbent):
+            return None  # not recorded as passed over: the last round judges it by another rule
+        hopeless = policy._guard(board, trial, epoch, board.scores[trial][epoch],
+                                 interval) is not None
+        if fresh and hopeless:
+            return None  # it would be paused again after its next epoch
+        gain = policy.expected_improvement(board, trial, epoch)
+        if not fresh and (gain is None or gain <= 0 or hopeless):
+            self._passed_over[trial] = evidence
+            return None  # no forecast yet, no chance, or no optimistic path: wait
+        # Its epoch cost against its peers', as when it was paused.
+        if not ratios:
+            ratios.append(self._ratios())
+        ratio = ratios[0](trial)
+        cut = policy.cut(board, trial, epoch, ratio)
+        if cut is None or (fresh and not cut.keeps):
+            return None
+        per_cost = 1.0 / ratio if ratio else 1.0
+        # Expected improvement per cost where it can be predicted, else rank per cost;
+        # ties go to the lower trial number (deterministic).
+        return (gain is not None, (gain if gain is not None else 1.0 / cut.rank) * per_cost,
+                -trial)
 
     def on_preempted(self, trial: int, epoch: int) -> Verdict:
         """Decide about ``trial``, preempted after ``epoch`` (on the board already), as

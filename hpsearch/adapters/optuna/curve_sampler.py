@@ -7,8 +7,8 @@ per second to the policy's first decision about it, is best under the model of c
 included) and, with ``prior``, on earlier studies of the same space. It works in any
 Optuna study (``study.optimize`` with ``trial.report``, or ``ask``/``tell``), with or
 without intermediate values (then each trial is one point at its last step), and inside
-hpsearch, where the cost-aware policy asks the same planner whether a paused trial is
-worth more than a new configuration (:class:`~hpsearch.model.planner.PlannedResume`).
+hpsearch (``search.sampler: curve``), where the study's recorder keeps one planner
+between asks.
 """
 
 from __future__ import annotations
@@ -189,8 +189,8 @@ class CurveSampler(optuna.samplers.BaseSampler):
             or their curves.
         seed: Seeds the candidates, the model and the random start.
         first_decision: Epochs a new trial trains before anyone first decides about it.
-        planner: A planner to propose with (hpsearch shares one between the sampler and
-            the policy's resume ranking); built from the arguments above if None.
+        planner: A planner to propose with (hpsearch keeps one between asks, each of
+            which makes a new sampler); built from the arguments above if None.
         candidates: Where candidates come from (a function of the proposal's seed)
             instead of random draws over the space.
     """

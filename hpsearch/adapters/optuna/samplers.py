@@ -99,29 +99,6 @@ def curve_planner(config: Config, prior: Sequence[Any] = ()) -> Any:
     return planner
 
 
-def curve_resume_chooser(planner: Any, study: optuna.Study, search_seed: int) -> Any:
-    """The curve sampler's planner as the cost-aware policy's resume ranking
-    (:class:`~hpsearch.model.planner.PlannedResume`): it reads ``study`` as the sampler
-    does, and rates new configurations with the candidates the next ask would rate."""
-    from hpsearch.adapters.optuna.curve_sampler import (proposal_seed, restored,
-                                                        study_curves)
-    from hpsearch.model.planner import PlannedResume
-
-    maximize = study.direction.name == "MAXIMIZE"
-
-    def curves():
-        trials = study.get_trials(deepcopy=False)
-        restored(planner, trials, maximize)
-        return study_curves(trials, planner, maximize, planner.max_epochs,
-                            cache=planner.read_cache)
-
-    def seed() -> int:
-        n = len(study.get_trials(deepcopy=False))
-        return proposal_seed(sampler_seed(search_seed, n), n)
-
-    return PlannedResume(planner, curves, seed)
-
-
 def tpe_sampler(seed: int, conditional: bool = False) -> optuna.samplers.BaseSampler:
     """hpsearch's default sampler: Optuna's TPE, seeded, with ``constant_liar`` (trials
     still running count as the worst so far, so parallel workers do not all propose the
