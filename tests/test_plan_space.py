@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpsearch.tools.plan_point import representative_params
-from hpsearch.spec.space import parse_space
+from hpsearch.spec.space_parse import parse_space
 
 SPACE = parse_space({
     "momentum": {"type": "float", "low": 0.5, "high": 0.9, "condition": {"optimizer": "sgd"}},

@@ -20,6 +20,7 @@ PURE_MODULES = [
     "hpsearch.spec.config",
     "hpsearch.spec.study_storage",
     "hpsearch.spec.space",
+    "hpsearch.spec.space_parse",
     "hpsearch.scalars",
     "hpsearch.errors",
     "hpsearch.keys",

@@ -25,8 +25,8 @@ from hpsearch.spec.space import (
     FloatParam,
     IntParam,
     Space,
-    parse_space,
 )
+from hpsearch.spec.space_parse import parse_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -37,7 +37,8 @@ from hpsearch.spec.raw_yaml import apply_overrides, read_yaml
 from hpsearch.spec.sections import (COST_AWARE_FINISH_SHARE, Budget, Checkpoint, Cluster, Oom,
                                     Preemption, Pricing, Pruning, Resources, Search,
                                     SimulatedPreemption)
-from hpsearch.spec.space import Space, parse_space
+from hpsearch.spec.space import Space
+from hpsearch.spec.space_parse import parse_space
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TRAINABLE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
