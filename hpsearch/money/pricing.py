@@ -113,27 +113,44 @@ def auto_instance(gpu_model: str | None, catalog: catalog_mod.Catalog,
     """
     from hpsearch.money.gpu_models import match_catalog_gpu
 
-    def in_currency(offer: catalog_mod.Offer) -> bool:
-        return currency is None or offer.currency == currency
-
-    local = [o for o in catalog.offers.values() if o.provider == "local" and in_currency(o)]
+    local = [o for o in catalog.offers.values()
+             if o.provider == "local" and (currency is None or o.currency == currency)]
     if not gpu_model:
-        why = f"; {detail}" if detail else ""
-        cpu = catalog.offers.get("local:local-cpu")
-        if cpu is None or not in_currency(cpu):
-            cpu = next((o for o in local if not o.gpu_count), None)
-        if cpu is None:
-            raise ConfigError("pricing.instance",
-                              f"auto: no GPU detected and no local CPU row is priced in "
-                              f"{currency}; add one with pricing.catalog{why}", AUTO)
-        return cpu.key, f"pricing.instance auto: no GPU detected, so priced as {cpu.key}{why}"
+        return _no_gpu_row(catalog, local, currency, detail)
     offer = match_catalog_gpu(gpu_model, catalog_mod.Catalog(local), memory_mib=memory_mib)
     if offer is not None:
         return offer.key, (f"pricing.instance auto: detected {gpu_model}: {offer.key} "
                            f"({offer.gpu_model} depreciation row)")
-    fallback = catalog.offers.get("local:local-gpu")
-    if fallback is None or not in_currency(fallback):
-        fallback = next((o for o in local if o.gpu_count), None)
+    return _fallback_gpu_row(catalog, local, currency, gpu_model)
+
+
+def _local_row(catalog: catalog_mod.Catalog, key: str, local: list[catalog_mod.Offer],
+               currency: str | None, gpu: bool) -> catalog_mod.Offer | None:
+    """The row ``key`` where it is priced in ``currency`` (any, when None), else the first
+    ``local`` row with GPUs (``gpu``) or without; None when there is none."""
+    offer = catalog.offers.get(key)
+    if offer is None or not (currency is None or offer.currency == currency):
+        offer = next((o for o in local if bool(o.gpu_count) == gpu), None)
+    return offer
+
+
+def _no_gpu_row(catalog: catalog_mod.Catalog, local: list[catalog_mod.Offer],
+                currency: str | None, detail: str) -> tuple[str, str]:
+    """``auto`` without a GPU: ``local:local-cpu`` or another local CPU row, and its note."""
+    why = f"; {detail}" if detail else ""
+    cpu = _local_row(catalog, "local:local-cpu", local, currency, gpu=False)
+    if cpu is None:
+        raise ConfigError("pricing.instance",
+                          f"auto: no GPU detected and no local CPU row is priced in "
+                          f"{currency}; add one with pricing.catalog{why}", AUTO)
+    return cpu.key, f"pricing.instance auto: no GPU detected, so priced as {cpu.key}{why}"
+
+
+def _fallback_gpu_row(catalog: catalog_mod.Catalog, local: list[catalog_mod.Offer],
+                      currency: str | None, gpu_model: str) -> tuple[str, str]:
+    """``auto`` on a GPU model without a local row: ``local:local-gpu`` or another local
+    GPU row, and a note naming the model."""
+    fallback = _local_row(catalog, "local:local-gpu", local, currency, gpu=True)
     if fallback is None:
         raise ConfigError("pricing.instance",
                           f"auto: detected {gpu_model}, but no local GPU row is priced in "
