@@ -94,44 +94,65 @@ def repair(path: str | Path, clock=time.time) -> Repair:
     """
     path = Path(path)
     lines = path.read_bytes().split(b"\n")
-    probe = Ledger(None)
-    result = Repair(path)
-    kept: list[bytes] = []
-    last_time: float | None = None
-    gap_time: float | None = None  # time of the last valid event before the damage
-    damaged = False
+    scan = _Scan(Repair(path))
     for n, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
+        if raw.strip():
+            scan.read(n, raw, last=n == len(lines))
+    result = scan.result
+    result.still_open = sorted(scan.probe.open_trials())
+    if result.dropped:
+        result.backup = _replace_keeping_backup(path, scan.kept, clock)
+    return result
+
+
+class _Scan:
+    """A ledger file's lines read in order (see :func:`repair`): the valid events replayed
+    and kept, the damaged lines dropped, and when the damage began."""
+
+    def __init__(self, result: Repair):
+        self.probe = Ledger(None)
+        self.result = result
+        self.kept: list[bytes] = []
+        self.last_time: float | None = None
+        self.gap_time: float | None = None  # time of the last valid event before the damage
+        self.damaged = False
+
+    def read(self, n: int, raw: bytes, last: bool) -> None:
+        """Line ``n`` (``last``: the file's last line, maybe torn): kept or dropped."""
         try:
-            event = json.loads(raw)
-            if not isinstance(event, dict):
-                raise TypeError("not an event")
-            check = dict(event)
-            if (damaged and check.get("event") in _TRIAL_EVENTS
-                    and "trial" in check and not probe.is_open(int(check["trial"]))):
-                _book_lost_open(probe, check, gap_time, kept, result)
-            probe.replay_event(check)
+            event = self._replay(raw)
         except HpsearchError:  # another currency, a newer format: not a damaged line
             raise
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError,
                 ValueError) as exc:
-            why = "not JSON" if isinstance(exc, json.JSONDecodeError) else line_error(exc)
-            if n == len(lines):
-                why += ", torn last line"
-            result.dropped.append((n, why, raw[:80].decode("utf-8", "replace")))
-            if not damaged or gap_time is None:
-                gap_time = last_time
-            damaged = True
-            continue
-        kept.append(raw)
+            self._drop(n, raw, exc, last)
+            return
+        self.kept.append(raw)
         t = _event_time(event)
         if t is not None:
-            last_time = t if last_time is None else max(last_time, t)
-    result.still_open = sorted(probe.open_trials())
-    if result.dropped:
-        result.backup = _replace_keeping_backup(path, kept, clock)
-    return result
+            self.last_time = t if self.last_time is None else max(self.last_time, t)
+
+    def _replay(self, raw: bytes) -> dict:
+        """The line's event, replayed (after booking the ``open`` the damage lost)."""
+        event = json.loads(raw)
+        if not isinstance(event, dict):
+            raise TypeError("not an event")
+        check = dict(event)
+        if (self.damaged and check.get("event") in _TRIAL_EVENTS
+                and "trial" in check and not self.probe.is_open(int(check["trial"]))):
+            _book_lost_open(self.probe, check, self.gap_time, self.kept, self.result)
+        self.probe.replay_event(check)
+        return event
+
+    def _drop(self, n: int, raw: bytes, exc: Exception, last: bool) -> None:
+        """Drop a damaged line, saying why; the damage begins at the first one."""
+        why = "not JSON" if isinstance(exc, json.JSONDecodeError) else line_error(exc)
+        if last:
+            why += ", torn last line"
+        self.result.dropped.append((n, why, raw[:80].decode("utf-8", "replace")))
+        if not self.damaged or self.gap_time is None:
+            self.gap_time = self.last_time
+        self.damaged = True
 
 
 def _book_lost_open(probe: Ledger, event: dict, gap_time: float | None, kept: list[bytes],
