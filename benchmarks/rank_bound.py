@@ -173,8 +173,6 @@ def run(objective: str, sigmas, knobs, seeds, data, n: int, workers: int, log=pr
         tasks=lcbench.DEV_TASKS) -> dict:
     """Per variant (:func:`variants`): hits, runs, money to the hit (x none, each run
     that hit), and the forecast quality figures averaged over pools."""
-    from benchmarks.peers import make
-
     variants_ = variants(sigmas, knobs)
     results = {v: {"hits": 0, "runs": 0, "x_none": [], "x_oracle": [], "waited": [],
                    "busy": []} for v in variants_}
@@ -184,53 +182,71 @@ def run(objective: str, sigmas, knobs, seeds, data, n: int, workers: int, log=pr
     for task in tasks:
         for seed in seeds:
             pool = lcbench.load_pool(task, n, seed, data, objective)
-            order = list(np.random.default_rng([seed, 1]).permutation(n))
-            max_epochs = max(c.epochs for c in pool.curves)
-            sign = 1.0 if pool.objective.mode == "max" else -1.0
             for key, value in forecast_quality(pool, seed, sigmas).items():
                 quality.setdefault(key, []).append(value)
-
-            def sim(policy):
-                result = simulate(pool.curves, order, workers, policy, params=pool.configs)
-                return {**run_metrics(pool, result, 1.0, workers), **timing(pool, result)}
-
-            base = sim(make("none", max_epochs=max_epochs, n_trials=n, seed=seed,
-                            mode=pool.objective.mode))
-            oracle_s = pool.curves[pool.best()].cum_time_s[-1]
-            screen = sim(ScreenPolicy(hit_trials(pool)))
-            idle_s = idle_floor(pool, order)
-            for name, hit, money, x_oracle in (
-                    ("screen", screen["hit"], screen["money_to_hit"], screen["x_oracle"]),
-                    ("screen, idle", idle_s < float("inf"), idle_s / 3600,
-                     idle_s / oracle_s)):
-                f = floors[name]
-                f["runs"] += 1
-                if hit and base["hit"]:
-                    f["hits"] += 1
-                    f["x_none"].append(money / base["money_to_hit"])
-                    f["x_oracle"].append(x_oracle)
-            for variant in variants_:
-                ranking, knob = variant
-                if ranking == "score":
-                    policy = make(f"cost_aware-a{knob:g}", max_epochs=max_epochs, n_trials=n,
-                                  seed=seed, mode=pool.objective.mode)
-                else:
-                    rule = OracleRankPolicy(pool.objective.mode, max_epochs,
-                                            sign * pool.finals(),
-                                            errors_for(pool, seed, ranking), knob)
-                    policy = (lambda accountant, rule=rule: CostAwarePruner(rule, accountant))
-                m = sim(policy)
-                r = results[variant]
-                r["runs"] += 1
-                if m["hit"] and base["hit"]:
-                    r["hits"] += 1
-                    r["x_none"].append(m["money_to_hit"] / base["money_to_hit"])
-                    r["x_oracle"].append(m["x_oracle"])
-                    r["waited"].append(m["waited"])
-                    r["busy"].append(m["money_to_hit"] / m["money_to_hit_fixed"])
-                log(f"{task:18s} seed {seed} {str(ranking):6s} a{knob:g} hit {str(m['hit']):5s}")
+            _run_pool(task, seed, pool, n, workers, variants_, results, floors, log)
     return {"results": results, "floors": floors,
             "quality": {k: statistics.mean(v) for k, v in quality.items()}}
+
+
+def _run_pool(task: str, seed: int, pool: lcbench.Pool, n: int, workers: int,
+              variants_: list, results: dict, floors: dict, log) -> None:
+    """One pool: no pruning (the yardstick), the two floors, then every variant, added to
+    ``floors`` and ``results``."""
+    from benchmarks.peers import make
+
+    order = list(np.random.default_rng([seed, 1]).permutation(n))
+    max_epochs = max(c.epochs for c in pool.curves)
+
+    def sim(policy):
+        result = simulate(pool.curves, order, workers, policy, params=pool.configs)
+        return {**run_metrics(pool, result, 1.0, workers), **timing(pool, result)}
+
+    base = sim(make("none", max_epochs=max_epochs, n_trials=n, seed=seed,
+                    mode=pool.objective.mode))
+    _add_floors(floors, base, sim(ScreenPolicy(hit_trials(pool))), idle_floor(pool, order),
+                pool.curves[pool.best()].cum_time_s[-1])
+    for variant in variants_:
+        m = sim(_variant_policy(variant, pool, n, seed, max_epochs))
+        r = results[variant]
+        r["runs"] += 1
+        if m["hit"] and base["hit"]:
+            r["hits"] += 1
+            r["x_none"].append(m["money_to_hit"] / base["money_to_hit"])
+            r["x_oracle"].append(m["x_oracle"])
+            r["waited"].append(m["waited"])
+            r["busy"].append(m["money_to_hit"] / m["money_to_hit_fixed"])
+        ranking, knob = variant
+        log(f"{task:18s} seed {seed} {str(ranking):6s} a{knob:g} hit {str(m['hit']):5s}")
+
+
+def _add_floors(floors: dict, base: dict, screen: dict, idle_s: float,
+                oracle_s: float) -> None:
+    """Count one pool's two floors (screened, and its idle bound) against no pruning."""
+    for name, hit, money, x_oracle in (
+            ("screen", screen["hit"], screen["money_to_hit"], screen["x_oracle"]),
+            ("screen, idle", idle_s < float("inf"), idle_s / 3600, idle_s / oracle_s)):
+        f = floors[name]
+        f["runs"] += 1
+        if hit and base["hit"]:
+            f["hits"] += 1
+            f["x_none"].append(money / base["money_to_hit"])
+            f["x_oracle"].append(x_oracle)
+
+
+def _variant_policy(variant: tuple, pool: lcbench.Pool, n: int, seed: int, max_epochs: int):
+    """The policy of a variant: the score's cut at its aggressiveness, or the rank cut on
+    an oracle of the finals with the variant's error."""
+    from benchmarks.peers import make
+
+    ranking, knob = variant
+    if ranking == "score":
+        return make(f"cost_aware-a{knob:g}", max_epochs=max_epochs, n_trials=n, seed=seed,
+                    mode=pool.objective.mode)
+    sign = 1.0 if pool.objective.mode == "max" else -1.0
+    rule = OracleRankPolicy(pool.objective.mode, max_epochs, sign * pool.finals(),
+                            errors_for(pool, seed, ranking), knob)
+    return lambda accountant, rule=rule: CostAwarePruner(rule, accountant)
 
 
 def table(objective: str, sigmas, knobs, measured: dict) -> str:

@@ -56,51 +56,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=400.0,
                         help="simulated preemptions per trial-hour (default 400)")
     args = parser.parse_args(argv)
-    import optuna
-
-    import hpsearch
-
     ray = local_ray()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             for kind in ("on-demand", "spot"):
-                overrides = [f"search.seed={seed}", f"pricing.instance={INSTANCE}"]
-                if kind == "spot":
-                    overrides += ["pricing.spot=true",
-                                  f"preemption.simulate.rate_per_hour={args.rate}",
-                                  "preemption.simulate.signal=kill"]
-                run_dir = Path(tmp) / f"{kind}-{seed}"
-                result = hpsearch.run(SPACE, overrides, run_dir=run_dir, emit=None)
-                trials = optuna.load_study(study_name=result.study.study_name,
-                                           storage=result.storage_url).trials
-                preempted = [t for t in trials if t.user_attrs.get("preemptions")]
-                lost_epochs = [e - r for t in preempted
-                               for e, r in zip([t.user_attrs["epochs"]],
-                                               t.user_attrs.get("resumed_from_epochs", []))]
-                figures = preemption_figures(run_dir)
-                wasted = sum(t.user_attrs.get("wasted_cost", 0.0) for t in trials)
-                rows.append({
-                    "seed": seed, "kind": kind, "spent": result.spent, "wasted": wasted,
-                    "best": result.best_trial.value if result.best_trial else float("nan"),
-                    "complete": sum(t.state.name == "COMPLETE" for t in trials),
-                    "trials": len(trials),
-                    "preemptions": sum(t.user_attrs.get("preemptions", 0) for t in trials),
-                    "preempted_share": len(preempted) / len(trials),
-                    "lost_s": [f["lost_s"] for f in figures],
-                    "resume_s": [f["resume_s"] for f in figures],
-                    "lost_epochs": lost_epochs,
-                })
+                rows.append(run_one(seed, kind, args.rate, Path(tmp) / f"{kind}-{seed}"))
                 r = rows[-1]
                 print(f"seed {seed} {kind:9s} spent {r['spent']:.6f} USD (wasted "
                       f"{r['wasted']:.6f}) best {r['best']:.4f} complete "
                       f"{r['complete']}/{r['trials']} preemptions {r['preemptions']}",
                       flush=True)
     ray.shutdown()
+    print_table(rows, args.seeds, args.rate)
+    return 0
 
-    def med(values):
-        return statistics.median(values) if values else float("nan")
 
+def run_one(seed: int, kind: str, rate: float, run_dir: Path) -> dict:
+    """Run the example once (``kind``: ``on-demand`` or ``spot`` with ``rate`` simulated
+    preemptions per trial-hour) into ``run_dir``; its row of figures."""
+    import optuna
+
+    import hpsearch
+
+    overrides = [f"search.seed={seed}", f"pricing.instance={INSTANCE}"]
+    if kind == "spot":
+        overrides += ["pricing.spot=true", f"preemption.simulate.rate_per_hour={rate}",
+                      "preemption.simulate.signal=kill"]
+    result = hpsearch.run(SPACE, overrides, run_dir=run_dir, emit=None)
+    trials = optuna.load_study(study_name=result.study.study_name,
+                               storage=result.storage_url).trials
+    preempted = [t for t in trials if t.user_attrs.get("preemptions")]
+    lost_epochs = [e - r for t in preempted
+                   for e, r in zip([t.user_attrs["epochs"]],
+                                   t.user_attrs.get("resumed_from_epochs", []))]
+    figures = preemption_figures(run_dir)
+    wasted = sum(t.user_attrs.get("wasted_cost", 0.0) for t in trials)
+    return {
+        "seed": seed, "kind": kind, "spent": result.spent, "wasted": wasted,
+        "best": result.best_trial.value if result.best_trial else float("nan"),
+        "complete": sum(t.state.name == "COMPLETE" for t in trials),
+        "trials": len(trials),
+        "preemptions": sum(t.user_attrs.get("preemptions", 0) for t in trials),
+        "preempted_share": len(preempted) / len(trials),
+        "lost_s": [f["lost_s"] for f in figures],
+        "resume_s": [f["resume_s"] for f in figures],
+        "lost_epochs": lost_epochs,
+    }
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def print_table(rows: list[dict], seeds: list[int], rate: float) -> None:
+    """The Markdown table of spot against on-demand, medians over the seeds."""
+    med = _median
     spot = [r for r in rows if r["kind"] == "spot"]
     base = {r["seed"]: r for r in rows if r["kind"] == "on-demand"}
     ratio = med([r["spent"] / base[r["seed"]]["spent"] for r in spot])
@@ -123,9 +134,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{max(resume, default=float('nan')):.2f} |")
     print(f"| best val_acc (median) | {med([b['best'] for b in base.values()]):.4f} | "
           f"{med([r['best'] for r in spot]):.4f} |")
-    print(f"\nseeds {args.seeds}; {INSTANCE}, spot at {args.rate:g} simulated preemptions "
+    print(f"\nseeds {seeds}; {INSTANCE}, spot at {rate:g} simulated preemptions "
           f"per trial-hour (SIGKILL), checkpoint every epoch")
-    return 0
 
 
 if __name__ == "__main__":
