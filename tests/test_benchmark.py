@@ -633,3 +633,16 @@ def test_the_sensitivity_benchmark_varies_constants_that_exist_and_restores_them
         assert half(default) != default and double(default) != default, name
         assert type(half(default)) is type(default), name
     assert sensitivity.main(["--only", "NO_SUCH_CONSTANT"]) == 2
+
+
+def test_the_curve_samplers_cost_benchmark_measures_refits_and_reuses(capsys):
+    from benchmarks import curve_cost
+
+    assert curve_cost.main(["--trials", "12", "--dims", "2", "--epochs", "6",
+                            "--prior-studies", "2", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "12 trials, prior     0 trials" in out and "prior    24 trials (24 used)" in out
+    assert "largest:" in out and "of the budget" in out
+    row = curve_cost.measure(12, 2, 6, 0, 1)
+    assert row["refit_s"] > 0 and row["reuse_s"] >= 0
+    assert curve_cost.main(["--trials", "0"]) == 2
