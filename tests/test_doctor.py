@@ -566,3 +566,11 @@ def test_doctor_timeout_must_be_positive_seconds(value, capsys):
     assert info.value.code == 2
     assert (f"argument --timeout: must be a positive number of seconds, not {value!r}"
             in capsys.readouterr().err)
+
+
+def test_the_hpsearch_check_names_the_package_folder_this_copy_runs_from():
+    import hpsearch
+
+    check = doctor_machine.hpsearch_check()
+    where = str(Path(hpsearch.__file__).resolve().parent)
+    assert check.message.endswith(f"({where})"), check.message

@@ -66,7 +66,7 @@ class CheckpointStore:
 
     Args:
         folder: The trial's checkpoint folder: a local path, a storage URL (see
-            :func:`hpsearch.recovery.storage.parse_url`) or a
+            :func:`hpsearch.spec.storage_url.parse_url`) or a
             :class:`~hpsearch.recovery.storage.Location` (created on first save).
         keep_last: Newest checkpoints kept (besides the best).
         mode: ``max`` or ``min``: which objective value is the best.

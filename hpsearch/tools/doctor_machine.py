@@ -32,10 +32,10 @@ def python_check() -> Check:
 
 
 def hpsearch_check() -> Check:
-    """hpsearch's version and where this copy lives (the folder of the doctor's modules)."""
+    """hpsearch's version and where this copy lives (its package folder)."""
     from hpsearch.version import __version__
 
-    where = Path(__file__).resolve().parent
+    where = Path(__file__).resolve().parents[1]
     return Check("hpsearch", OK, f"hpsearch {__version__} ({where})")
 
 

@@ -6,7 +6,7 @@ rendezvous in its environment. It builds the same trainable at the same params a
 seed, applies the same OOM rungs, resumes from the same checkpoint, and trains its share
 of each epoch. It reports nothing and writes no checkpoint: at each epoch's end it takes
 rank 0's decision (checkpoint now? stop?) by a broadcast and joins the save's barrier.
-It exits 0 after the fit, :data:`~hpsearch.adapters.trial.runner.EXIT_RANK_OOM` when it runs
+It exits 0 after the fit, :data:`~hpsearch.adapters.trial.ddp.EXIT_RANK_OOM` when it runs
 out of GPU memory (having first created its
 :func:`~hpsearch.adapters.trial.ddp.oom_mark`), 1 on any other error (the traceback goes
 to its log), and is killed
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
 
     from hpsearch.adapters.trial import runner
     from hpsearch.adapters.trial.callbacks import Follower, RngState, make
-    from hpsearch.adapters.trial.ddp import oom_mark
+    from hpsearch.adapters.trial.ddp import EXIT_RANK_OOM, oom_mark
 
     spec = job["spec"]
     torch.set_num_threads(runner.rank_threads(spec))
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
         with open(oom_mark(job_path, rank), "w"):
             pass
         traceback.print_exc()
-        return runner.EXIT_RANK_OOM
+        return EXIT_RANK_OOM
     except Exception:
         print(f"rank {rank} failed:", file=sys.stderr)
         traceback.print_exc()

@@ -38,7 +38,7 @@ from typing import Any
 from hpsearch import keys
 from hpsearch.adapters.trial import callbacks
 from hpsearch.adapters.trial.callbacks import CHECKPOINT_FILE
-from hpsearch.adapters.trial.ddp import EXIT_RANK_OOM, Ranks
+from hpsearch.adapters.trial.ddp import Ranks
 from hpsearch.errors import HpsearchError, TrialSetupError
 from hpsearch.recovery import storage
 from hpsearch.recovery.checkpoint import CheckpointStore
@@ -51,7 +51,7 @@ class TrialOutOfMemory(HpsearchError):
     """A trial ran out of GPU memory on every rung of the OOM ladder."""
 
 
-__all__ = ["CHECKPOINT_FILE", "EXIT_RANK_OOM", "TrialSpec", "train", "trial_name"]
+__all__ = ["CHECKPOINT_FILE", "TrialSpec", "train", "trial_name"]
 
 log = logging.getLogger("hpsearch.trial")
 
