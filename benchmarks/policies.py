@@ -46,7 +46,9 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -221,60 +223,86 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
             space = (sampled.pool_space(pool.configs, declared if task != "synthetic"
                                         else None) if sampler != "order" else None)
             max_epochs = max(c.epochs for c in pool.curves)
-            if space:
-                # Random search without pruning (the fixed order): what every row's
-                # money to the hit is also measured against (x_none_order).
-                reference = simulate(pool.curves, order, workers, peers.make(
-                    "none", max_epochs=max_epochs, n_trials=n, seed=seed), params=pool.configs)
-                order_hit = run_metrics(pool, reference)["money_to_hit"]
-            else:
-                order_hit = None
+            # Random search without pruning (the fixed order): what every row's money
+            # to the hit is also measured against (x_none_order).
+            order_hit = (run_metrics(pool, simulate(
+                pool.curves, order, workers, peers.make(
+                    "none", max_epochs=max_epochs, n_trials=n, seed=seed),
+                params=pool.configs))["money_to_hit"] if space else None)
             for market in markets:
                 for policy in policies:
-                    spot = market == "spot"
-                    started = time.perf_counter()
+                    run = Run(task, seed, policy, market, n, workers, sampler, spot_rate)
                     study = (sampled.SampledStudy(
                         pool.configs, space, pool.objective.mode, seed, sampler,
                         prior=priors(task) if priors else (), max_epochs=max_epochs)
                         if space else None)
-                    scheduler = peers.make(policy, max_epochs=max_epochs, n_trials=n,
-                                           seed=seed, mode=pool.objective.mode,
-                                           metric=pool.objective.metric,
-                                           **(options or {}))
-                    result = simulate(pool.curves, order, workers, scheduler, preemptions=(
-                        Preemptions(spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, seed)
-                        if spot else None), params=pool.configs, study=study)
-                    row = {"task": task, "seed": seed, "policy": policy, "market": market,
-                           "objective": pool.objective.name, "group": task_group(task),
-                           "sampler": sampler,
-                           "hit_started": hit_started(pool, result),
-                           **calibration(pool, result),
-                           "n": n, "workers": workers,
-                           **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
-                                         workers),
-                           **decision_cost(study),
-                           "wall_s": time.perf_counter() - started}
+                    row, anytime_curve = run.measure(pool, order, study, options)
                     rows.append(row)
-                    if not spot:
-                        curves[(task, seed, policy)] = anytime(pool, result)
-            base = next((r for r in rows if (r["task"], r["seed"], r["policy"], r["market"])
-                         == (task, seed, "none", "on-demand")), None)
-            for r in rows:
-                if (r["task"], r["seed"]) == (task, seed):
-                    # Every run, spot included, against no pruning on demand.
-                    r["x_none"] = (r["money_to_hit"] / base["money_to_hit"]
-                                   if base and r["hit"] and base["hit"] else None)
-                    r["x_none_fixed"] = (r["money_to_hit_fixed"] / base["money_to_hit_fixed"]
-                                         if base and r["hit"] and base["hit"] else None)
-                    # Against random search without pruning (the fixed order's none).
-                    reference_hit = (order_hit if space else
-                                     base["money_to_hit"] if base else None)
-                    r["x_none_order"] = (r["money_to_hit"] / reference_hit
-                                         if reference_hit and r["hit"] else None)
-                    log(f"{task:18s} seed {seed} {r['market']:9s} {r['policy']:17s} hit "
-                        f"{str(r['hit']):5s} x_none {fmt(r['x_none'])} "
-                        f"regret {r['regret_pp']:.2f} pp")
+                    if market != "spot":
+                        curves[(task, seed, policy)] = anytime_curve
+            _relate(rows, task, seed, order_hit if space else None, bool(space), log)
     return rows, curves
+
+
+@dataclass(frozen=True)
+class Run:
+    """One policy's search of one task's pool at one seed on one market."""
+
+    task: str
+    seed: int
+    policy: str
+    market: str
+    n: int
+    workers: int
+    sampler: str
+    spot_rate: float | None
+
+    def measure(self, pool: lcbench.Pool, order, study, options) -> tuple[dict, Any]:
+        """Its row of ``runs.csv`` and its anytime curve."""
+        spot = self.market == "spot"
+        started = time.perf_counter()
+        scheduler = peers.make(self.policy, max_epochs=max(c.epochs for c in pool.curves),
+                               n_trials=self.n, seed=self.seed, mode=pool.objective.mode,
+                               metric=pool.objective.metric, **(options or {}))
+        result = simulate(pool.curves, order, self.workers, scheduler, preemptions=(
+            Preemptions(self.spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, self.seed)
+            if spot else None), params=pool.configs, study=study)
+        row = {"task": self.task, "seed": self.seed, "policy": self.policy,
+               "market": self.market, "objective": pool.objective.name,
+               "group": task_group(self.task), "sampler": self.sampler,
+               "hit_started": hit_started(pool, result),
+               **calibration(pool, result),
+               "n": self.n, "workers": self.workers,
+               **run_metrics(pool, result, SPOT_PRICE if spot else PRICE_PER_HOUR,
+                             self.workers),
+               **decision_cost(study),
+               "wall_s": time.perf_counter() - started}
+        return row, (anytime(pool, result) if not spot else None)
+
+
+def _relate(rows: list[dict], task: str, seed: int, order_hit: float | None,
+            sampled_in_loop: bool, log) -> None:
+    """Each run of ``task`` at ``seed`` against no pruning on demand (``x_none``, on a
+    fixed cluster ``x_none_fixed``) and against random search without pruning
+    (``x_none_order``), logged."""
+    base = next((r for r in rows if (r["task"], r["seed"], r["policy"], r["market"])
+                 == (task, seed, "none", "on-demand")), None)
+    for r in rows:
+        if (r["task"], r["seed"]) != (task, seed):
+            continue
+        # Every run, spot included, against no pruning on demand.
+        r["x_none"] = (r["money_to_hit"] / base["money_to_hit"]
+                       if base and r["hit"] and base["hit"] else None)
+        r["x_none_fixed"] = (r["money_to_hit_fixed"] / base["money_to_hit_fixed"]
+                             if base and r["hit"] and base["hit"] else None)
+        # Against random search without pruning (the fixed order's none).
+        reference_hit = (order_hit if sampled_in_loop else
+                         base["money_to_hit"] if base else None)
+        r["x_none_order"] = (r["money_to_hit"] / reference_hit
+                             if reference_hit and r["hit"] else None)
+        log(f"{task:18s} seed {seed} {r['market']:9s} {r['policy']:17s} hit "
+            f"{str(r['hit']):5s} x_none {fmt(r['x_none'])} "
+            f"regret {r['regret_pp']:.2f} pp")
 
 
 def decision_cost(study) -> dict:
@@ -381,41 +409,11 @@ def dominated_by(summary: list[dict], policy: str) -> list[str]:
 
 def markdown(summary: list[dict], args, spot: list[dict] | None = None,
              groups: dict[str, list[dict]] | None = None) -> str:
-    objective = lcbench.OBJECTIVES[getattr(args, "objective", "acc")]
-    unit = "pp" if objective.mode == "max" else "% of the best loss"
-    target = (f"within {lcbench.ACC_TOLERANCE_PP} pp of the pool's best final accuracy"
-              if objective.mode == "max" else
-              f"within {lcbench.LOSS_TOLERANCE:.0%} of the pool's best final loss")
-    lines = [
-        f"Objective {objective.name} ({objective.metric}, {objective.mode}); tasks "
-        f"{', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; new "
-        f"configurations {SAMPLER_TEXT[getattr(args, 'sampler', 'order')]}"
-        f"{PRIOR_TEXT[getattr(args, 'prior', 'none')]}; "
-        f"pools of {args.n}; {args.workers} workers; hit = a trial trained to the end "
-        f"{target}; regret in {unit}.",
-    ]
+    """The benchmark's summary in Markdown: its settings, a table per task group, where
+    the money went, and the spot table."""
+    lines = [_settings_line(args)]
     for name, rows in (groups or {"all": summary}).items():
-        lines += [
-            "", f"Task group {name}:", "",
-            "| policy | hits | money to hit (x none, median of hits) | same, x none in "
-            "the fixed order | same, fixed cluster "
-            "(x none) | x oracle | regret (mean) | regret (median) | wasted share | "
-            "whole run (x none) | calibration of 80% intervals | first hitting "
-            "configuration started (median position) | the trial that hit started at "
-            "(x oracle, median) | sampler CPU per decision (median / max, s) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for s in rows:
-            calib = ("-" if s.get("calibration") is None else
-                     f"{s['calibration']:.0%} of {s['predictions']}")
-            lines.append(
-                f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
-                f"{fmt(s.get('x_none_order'))} | "
-                f"{fmt(s.get('x_none_fixed'))} | {fmt(s['x_oracle'])} | "
-                f"{fmt(s['regret_mean'], 3)} | {fmt(s['regret_pp'], 3)} | "
-                f"{fmt(s['wasted'])} | {fmt(s['money_x_none'])} | {calib} | "
-                f"{fmt(s.get('hit_started'), 0)} | {fmt(s.get('hit_start_x_oracle'))} | "
-                f"{fmt(s.get('decision_s_median'), 3)} / {fmt(s.get('decision_s_max'), 2)} |")
+        lines += _group_table(name, rows)
     lines += ["", f"Money to hit two ways: {args.workers} workers released when idle (busy "
               f"time x price), and a fixed cluster of {args.workers} nodes billed for the "
               "search's wall time to the hit, idle or not."]
@@ -425,23 +423,70 @@ def markdown(summary: list[dict], args, spot: list[dict] | None = None,
         lines += ["", "Peers both more often right and cheaper than cost_aware: "
                   + (", ".join(beaten) if beaten else "none")]
     if spot:
-        lines += [
-            "", f"On spot at a third of the price, {args.spot_rate:g} preemptions per "
-            f"running hour, {SPOT_RESTART_S:g} s per restart, {SPOT_CHECKPOINT_S:g} s per "
-            "checkpoint (money against no pruning on demand):", "",
-            "| policy | hits | money to hit (x none on-demand) | regret pp (median) | "
-            "preemptions per run | lost work + restarts (share) | checkpoints (share) |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for s in spot:
-            lines.append(f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
-                         f"{fmt(s['regret_pp'])} | {fmt(s['preemptions'], 0)} | "
-                         f"{fmt(s['lost_share'], 3)} | {fmt(s['checkpoint_share'], 3)} |")
-        if any(s["policy"] == "cost_aware" for s in spot):
-            beaten = dominated_by(spot, "cost_aware")
-            lines += ["", "On spot, peers both more often right and cheaper than cost_aware: "
-                      + (", ".join(beaten) if beaten else "none")]
+        lines += _spot_table(spot, args)
     return "\n".join(lines) + "\n"
+
+
+def _settings_line(args) -> str:
+    """What was measured: the objective, tasks, seeds, sampler, pools, workers, a hit."""
+    objective = lcbench.OBJECTIVES[getattr(args, "objective", "acc")]
+    unit = "pp" if objective.mode == "max" else "% of the best loss"
+    target = (f"within {lcbench.ACC_TOLERANCE_PP} pp of the pool's best final accuracy"
+              if objective.mode == "max" else
+              f"within {lcbench.LOSS_TOLERANCE:.0%} of the pool's best final loss")
+    return (f"Objective {objective.name} ({objective.metric}, {objective.mode}); tasks "
+            f"{', '.join(args.tasks)}; seeds {' '.join(map(str, args.seeds))}; new "
+            f"configurations {SAMPLER_TEXT[getattr(args, 'sampler', 'order')]}"
+            f"{PRIOR_TEXT[getattr(args, 'prior', 'none')]}; "
+            f"pools of {args.n}; {args.workers} workers; hit = a trial trained to the end "
+            f"{target}; regret in {unit}.")
+
+
+def _group_table(name: str, rows: list[dict]) -> list[str]:
+    """One task group's table: a row per policy."""
+    lines = [
+        "", f"Task group {name}:", "",
+        "| policy | hits | money to hit (x none, median of hits) | same, x none in "
+        "the fixed order | same, fixed cluster "
+        "(x none) | x oracle | regret (mean) | regret (median) | wasted share | "
+        "whole run (x none) | calibration of 80% intervals | first hitting "
+        "configuration started (median position) | the trial that hit started at "
+        "(x oracle, median) | sampler CPU per decision (median / max, s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in rows:
+        calib = ("-" if s.get("calibration") is None else
+                 f"{s['calibration']:.0%} of {s['predictions']}")
+        lines.append(
+            f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+            f"{fmt(s.get('x_none_order'))} | "
+            f"{fmt(s.get('x_none_fixed'))} | {fmt(s['x_oracle'])} | "
+            f"{fmt(s['regret_mean'], 3)} | {fmt(s['regret_pp'], 3)} | "
+            f"{fmt(s['wasted'])} | {fmt(s['money_x_none'])} | {calib} | "
+            f"{fmt(s.get('hit_started'), 0)} | {fmt(s.get('hit_start_x_oracle'))} | "
+            f"{fmt(s.get('decision_s_median'), 3)} / {fmt(s.get('decision_s_max'), 2)} |")
+    return lines
+
+
+def _spot_table(spot: list[dict], args) -> list[str]:
+    """The spot market's table and who beats cost_aware there."""
+    lines = [
+        "", f"On spot at a third of the price, {args.spot_rate:g} preemptions per "
+        f"running hour, {SPOT_RESTART_S:g} s per restart, {SPOT_CHECKPOINT_S:g} s per "
+        "checkpoint (money against no pruning on demand):", "",
+        "| policy | hits | money to hit (x none on-demand) | regret pp (median) | "
+        "preemptions per run | lost work + restarts (share) | checkpoints (share) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in spot:
+        lines.append(f"| {s['policy']} | {s['hits']}/{s['runs']} | {fmt(s['x_none'])} | "
+                     f"{fmt(s['regret_pp'])} | {fmt(s['preemptions'], 0)} | "
+                     f"{fmt(s['lost_share'], 3)} | {fmt(s['checkpoint_share'], 3)} |")
+    if any(s["policy"] == "cost_aware" for s in spot):
+        beaten = dominated_by(spot, "cost_aware")
+        lines += ["", "On spot, peers both more often right and cheaper than cost_aware: "
+                  + (", ".join(beaten) if beaten else "none")]
+    return lines
 
 
 def breakdown_table(summary: list[dict]) -> list[str]:
@@ -487,6 +532,57 @@ def plot(curves, tasks, seeds, policies, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.tasks = [args.tasks[0]] if args.tasks != parser.get_default("tasks") else (
+            ["fashion-mnist"] if args.data else ["synthetic"])
+        args.seeds, args.n = [args.seeds[0]], 60
+    try:
+        for policy in args.policies:  # a typo fails before the first run, not after an hour
+            peers.make(policy, max_epochs=52, n_trials=2, seed=0)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.prior != "none" and args.sampler != "curve":
+        print("error: --prior: only --sampler curve reads a prior", file=sys.stderr)
+        return 2
+    prior_policy = priors_mod.PRIORS[args.prior]
+    priors = (priors_mod.LeaveOneTaskOut(args.tasks, args.n, args.data, args.objective,
+                                         prior_policy, args.workers)
+              if prior_policy else None)
+    try:
+        rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
+                               args.data, spot_rate=args.spot_rate,
+                               objective=args.objective, sampler=args.sampler,
+                               priors=priors)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _write(args, rows, curves)
+    return 0
+
+
+def _write(args, rows: list[dict], curves) -> None:
+    """``runs.csv``, ``summary.md`` and the plot in ``args.out``; the summary printed."""
+    import pandas as pd
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)
+    summary = summarise(rows, args.policies)
+    present = [g for g in ("dev", "other", "synthetic") if any(r["group"] == g for r in rows)]
+    groups = {g: summarise(rows, args.policies, group=g) for g in present}
+    spot = summarise(rows, args.policies, "spot") if args.spot_rate else None
+    text = markdown(summary, args, spot, groups)
+    (args.out / "summary.md").write_text(text)
+    plot(curves, args.tasks, args.seeds, args.policies, args.out / "accuracy_vs_money.png")
+    print()
+    print(text)
+    print(f"wrote {args.out / 'runs.csv'}, {args.out / 'summary.md'}, "
+          f"{args.out / 'accuracy_vs_money.png'}")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Pruning policies priced on real learning curves (simulated time).")
     parser.add_argument("--tasks", nargs="+",
@@ -518,48 +614,7 @@ def main(argv: list[str] | None = None) -> int:
                              "an exhaustive one")
     parser.add_argument("--quick", action="store_true",
                         help="one task, one seed, 60 configurations (CI; under a minute)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.tasks = [args.tasks[0]] if args.tasks != parser.get_default("tasks") else (
-            ["fashion-mnist"] if args.data else ["synthetic"])
-        args.seeds, args.n = [args.seeds[0]], 60
-    try:
-        for policy in args.policies:  # a typo fails before the first run, not after an hour
-            peers.make(policy, max_epochs=52, n_trials=2, seed=0)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.prior != "none" and args.sampler != "curve":
-        print("error: --prior: only --sampler curve reads a prior", file=sys.stderr)
-        return 2
-    prior_policy = priors_mod.PRIORS[args.prior]
-    priors = (priors_mod.LeaveOneTaskOut(args.tasks, args.n, args.data, args.objective,
-                                         prior_policy, args.workers)
-              if prior_policy else None)
-    try:
-        rows, curves = run_all(args.tasks, args.seeds, args.policies, args.n, args.workers,
-                               args.data, spot_rate=args.spot_rate,
-                               objective=args.objective, sampler=args.sampler,
-                               priors=priors)
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    import pandas as pd
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)
-    summary = summarise(rows, args.policies)
-    present = [g for g in ("dev", "other", "synthetic") if any(r["group"] == g for r in rows)]
-    groups = {g: summarise(rows, args.policies, group=g) for g in present}
-    spot = summarise(rows, args.policies, "spot") if args.spot_rate else None
-    text = markdown(summary, args, spot, groups)
-    (args.out / "summary.md").write_text(text)
-    plot(curves, args.tasks, args.seeds, args.policies, args.out / "accuracy_vs_money.png")
-    print()
-    print(text)
-    print(f"wrote {args.out / 'runs.csv'}, {args.out / 'summary.md'}, "
-          f"{args.out / 'accuracy_vs_money.png'}")
-    return 0
+    return parser
 
 
 if __name__ == "__main__":
