@@ -9,7 +9,7 @@ Tune's ``ASHAScheduler`` and ``HyperBandScheduler`` (synchronous, it pauses and 
 ``ray-hyperband``), Optuna's ``MedianPruner`` and ``HyperbandPruner`` (asynchronous,
 stop-only: ``optuna-hyperband``). i-Epoch (train every configuration k epochs,
 then the best to the end) has no library implementation and is written here. hpsearch's
-``cost_aware`` is :class:`hpsearch.pruning.cost_aware.CostAwarePruner` with the core's
+``cost_aware`` is :class:`hpsearch.pruning.cost_aware_pruner.CostAwarePruner` with the core's
 accountant, on the simulated clock.
 
 Ray and Optuna are imported only when a policy that needs them is made.
@@ -130,7 +130,8 @@ def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
                 name: str | None = None, **policy_kwargs: Any) -> Callable:
     """hpsearch's cost-aware policy, made with the simulated run's accountant (named
     ``name`` in the benchmark's rows when given)."""
-    from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
+    from hpsearch.pruning.cost_aware import CostAwarePolicy
+    from hpsearch.pruning.cost_aware_pruner import CostAwarePruner
 
     def with_accountant(accountant):
         pruner = CostAwarePruner(CostAwarePolicy(mode, max_epochs,

@@ -45,7 +45,8 @@ import numpy as np
 
 from benchmarks import lcbench
 from benchmarks.policies import publish, run_metrics
-from hpsearch.pruning.cost_aware import Board, CostAwarePolicy, CostAwarePruner
+from hpsearch.pruning.cost_aware import Board, CostAwarePolicy
+from hpsearch.pruning.cost_aware_pruner import CostAwarePruner
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
 from hpsearch.pruning.none import NoPruning
 from hpsearch.simulate import simulate

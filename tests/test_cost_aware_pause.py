@@ -12,7 +12,8 @@ import pytest
 from benchmarks import lcbench
 from hpsearch.trials import TrialHistory, TrialState
 from hpsearch.pruning import cost_aware
-from hpsearch.pruning.cost_aware import Board, CostAwarePolicy, CostAwarePruner
+from hpsearch.pruning.cost_aware import Board, CostAwarePolicy
+from hpsearch.pruning.cost_aware_pruner import CostAwarePruner
 from hpsearch.pruning.decisions import Decision
 from hpsearch.simulate import Curve, simulate
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from hpsearch.trials import TrialState
-from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
+from hpsearch.pruning.cost_aware import CostAwarePolicy
+from hpsearch.pruning.cost_aware_pruner import CostAwarePruner
 from hpsearch.pruning.decisions import Decision
 from hpsearch.simulate import Curve, simulate
 

@@ -319,7 +319,7 @@ def test_spot_runs_with_cost_aware_settle_every_preempted_trial_and_count_its_lo
         monkeypatch):
     # Seeded: 40 synthetic configurations on 8 workers, a preemption every 15 running
     # seconds on average; some preempted trials are no longer worth their restart now.
-    from hpsearch.pruning.cost_aware import CostAwarePruner
+    from hpsearch.pruning.cost_aware_pruner import CostAwarePruner
 
     verdicts: dict[int, list[Decision]] = {}
     judge = CostAwarePruner.on_preempted

@@ -33,7 +33,8 @@ def pruning_policy(config: config_mod.Config, recorder: Any, accountant: Any):
                             source=lambda number: (recorder.study, recorder.frozen(number)),
                             max_epochs=config.max_epochs, metric=config.objective.metric)
     if pruning.policy == "cost_aware":
-        from hpsearch.pruning.cost_aware import CostAwarePolicy, CostAwarePruner
+        from hpsearch.pruning.cost_aware import CostAwarePolicy
+        from hpsearch.pruning.cost_aware_pruner import CostAwarePruner
 
         return CostAwarePruner(CostAwarePolicy(
             mode=mode, max_epochs=config.max_epochs, min_epochs=pruning.min_epochs,
