@@ -9,14 +9,8 @@ Markdown. :func:`build` puts the parts together: each trial's row
 with its money from the nodes' bills (:mod:`.node_money`) or, for an older study, the
 trials' own costs (:mod:`.savings`).
 
-A trial record::
-
-    {"number": 3, "state": "PRUNED",            # COMPLETE, PRUNED, FAIL, RUNNING, WAITING
-     "value": None,                             # Optuna's final value (COMPLETE only)
-     "intermediate": {1: 0.52, 2: 0.61},        # the objective per epoch
-     "params": {"lr": 0.01},
-     "user_attrs": {"cost": 0.0012, ...},       # keys from hpsearch.keys
-     "datetime_start": "2026-11-30T10:00:00", "datetime_complete": "..."}  # ISO or None
+A trial record is the dict :mod:`.rows` describes (number, state, value,
+intermediate values, params, user attributes, start and end).
 
 Study information: ``{"name": ..., "direction": "maximize" | "minimize",
 "user_attrs": {"config": {...}, "price": {...}, ...}}``.
