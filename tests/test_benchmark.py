@@ -303,6 +303,7 @@ def test_ray_hyperband_pauses_and_resumes(pool40):
     assert result.completed
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.timeout(60)
 def test_quick_loss_benchmark_reports_groups_and_calibration(tmp_path):
     import pandas as pd
@@ -324,6 +325,7 @@ def test_quick_loss_benchmark_reports_groups_and_calibration(tmp_path):
     assert f"of {int(mine['pred_n'])} |" in summary
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.timeout(60)
 def test_quick_benchmark_writes_its_results(tmp_path, capsys):
     import pandas as pd

@@ -55,6 +55,7 @@ def seeded_order(n: int, seed: int) -> list[int]:
 POOL_N = 30
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_decisions_do_not_change_when_the_metric_is_scaled_or_negated(seed):
     pool = lcbench.synthetic_pool(POOL_N, seed=seed)

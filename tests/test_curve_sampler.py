@@ -44,6 +44,7 @@ def best_of(sampler, n: int, report: bool = True, direction: str = "maximize") -
     return sign * study.best_value
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.parametrize("report", [True, False])
 def test_it_finds_the_toy_optimum_sooner_than_random_search(report):
     curve = [best_of(CurveSampler(seed=s, max_epochs=EPOCHS if report else None), 20, report)

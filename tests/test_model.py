@@ -118,6 +118,7 @@ def study(X, curves, finished: int, partial_upto: int, rng) -> list[TrialCurve]:
     return out
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.parametrize("noise", [1.0, 2.5])
 def test_the_80_percent_interval_holds_75_to_85_percent_of_true_final_standings(noise):
     # Trials seen for 0 to 14 epochs (0: a configuration never tried), forecast to
@@ -218,6 +219,7 @@ def search(propose, n: int, rng) -> float:
     return best
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 def test_proposals_close_in_on_a_known_optimum_faster_than_random_draws():
     with_model = [search(True, 30, np.random.default_rng(s)) for s in range(3)]
     at_random = [search(False, 30, np.random.default_rng(s)) for s in range(3)]

@@ -38,6 +38,7 @@ def curves(rng: np.random.Generator) -> list[Curve]:
     return out
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.parametrize("aggressiveness", [0.9, 1.0, 1.5])
 def test_the_slow_starter_is_paused_at_epoch_3_resumed_and_wins(aggressiveness):
     rng = np.random.default_rng(14)

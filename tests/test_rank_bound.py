@@ -78,6 +78,7 @@ def test_spearman_of_a_ranking_with_itself_and_its_reverse():
     assert rank_bound.spearman(a, -a) == pytest.approx(-1.0)
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 def test_a_run_on_the_synthetic_pool_counts_every_variant():
     measured = rank_bound.run("acc", [0.0], [1.0, 2.0], [0], None, 40, 4, log=lambda *_: None,
                               tasks=["synthetic"])

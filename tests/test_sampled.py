@@ -151,6 +151,7 @@ def test_declared_space_reads_the_surrogates_numeric_hyperparameters(tmp_path):
                                                "max_dropout": (0.0, 1.0, False)}
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.timeout(60)
 def test_the_command_line_runs_with_the_sampler_and_says_so(tmp_path):
     import pandas as pd

@@ -284,6 +284,7 @@ def ask_and_tell(recorder: StudyRecorder, n: int, tag: str) -> list[dict]:
     # trial it proposed), not refitted on the reopened study's larger evidence.
     ("curve", MIXED_SPACE, 7, 4),
 ])
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 def test_a_resumed_study_samples_like_the_uninterrupted_one(new_sqlite, sampler, space,
                                                            first, then):
     raw = {**RAW, "space": space, "search": {"sampler": sampler, "seed": 3}}
@@ -307,6 +308,7 @@ def test_a_resumed_study_samples_like_the_uninterrupted_one(new_sqlite, sampler,
         assert len({tuple(sorted(p.items())) for p in got}) == len(got) == 6
 
 
+@pytest.mark.slow  # a statistical or replay check of several seconds; CI runs it
 @pytest.mark.parametrize("sampler", ["tpe", "random", "curve"])
 def test_a_trial_the_driver_died_asking_gets_the_params_its_ask_would_have(new_sqlite,
                                                                         sampler):
