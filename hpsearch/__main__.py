@@ -1,5 +1,5 @@
 """``python -m hpsearch``: see :mod:`hpsearch.cli`."""
 
-from hpsearch.cli import main
+from hpsearch.cli import console
 
-raise SystemExit(main())
+raise SystemExit(console())

@@ -20,6 +20,7 @@ their ``logs/trial-NNNN.log``). Parsing and ``--help`` import neither Ray nor to
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Sequence
 
@@ -534,3 +535,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hpsearch: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def console(argv: Sequence[str] | None = None) -> int:
+    """:func:`main` as a command (``hpsearch``, ``python -m hpsearch``): once it has
+    returned, Ctrl-C and SIGTERM are ignored. What is left is the interpreter's
+    teardown (Ray's exit hooks among it), which Ctrl-C held down must not turn into a
+    traceback and another exit code than the one the command chose."""
+    code = main(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code

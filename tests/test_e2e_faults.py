@@ -4,7 +4,8 @@ real Lightning on CPU (the digits MLP, slowed down so that it can be killed mid-
 * SIGKILL, SIGTERM and a double Ctrl-C mid-run: the run resumes to the right trials,
   and the money after resume is at least what the console showed before, with the
   work lost since the last checkpoints booked as wasted. A second driver started on the
-  same run dir meanwhile is refused, naming the first's PID.
+  same run dir meanwhile is refused, naming the first's PID. Ctrl-C held down (also
+  while Ray shuts down, and after the command returned) still ends with 130.
 * A disk that fills up mid-run (a small tmpfs): the run stops cleanly (exit 75), no
   trial FAILs, and once space is freed ``resume`` finishes every trial with the same
   values as an uninterrupted run.
@@ -175,6 +176,31 @@ def test_a_stopped_driver_resumes_without_losing_money(in_tmp, how):
     assert all(sorted(t.intermediate_values) == list(range(1, EPOCHS + 1)) for t in trials)
     for t in trials:
         assert bool(t.user_attrs.get("resumed_from_epochs")) == (t.number in running)
+
+
+def test_ctrl_c_held_down_still_ends_with_130_and_the_run_resumable(in_tmp):
+    """Ctrl-C pressed again and again, also while Ray shuts down: the shutdown is not
+    cut in half (a half-shut Ray leaves the process waiting on a dead GCS until Ray
+    kills it with exit 1), the driver exits 130 with the resume hint, the ledger closed."""
+    name = "stop-held"
+    driver = start(in_tmp, space(name, epochs=EPOCHS, sleep_s=1.5))
+    checkpoints = in_tmp / "run" / "checkpoints"
+    read_until(driver, lambda lines: mid_run(lines) and all(
+        list(checkpoints.glob(f"trial-000{n}/epoch-*")) for n in (0, 1)))
+    started = time.monotonic()
+    while driver.poll() is None and time.monotonic() - started < 150:
+        driver.send_signal(signal.SIGINT)
+        time.sleep(0.15)
+    rest, _ = driver.communicate(timeout=30)
+    assert driver.returncode == 130, rest[-3000:]
+    assert time.monotonic() - started < 50, rest[-3000:]  # not Ray's 60 s wait for GCS
+    assert "Traceback" not in rest and "GCS" not in rest, rest[-3000:]
+    assert rest.strip().splitlines()[-1].endswith("python -m hpsearch resume run)"), rest[-3000:]
+    assert Ledger(in_tmp / "run" / "ledger.jsonl").open_trials() == []
+    resumed = resume(in_tmp)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    trials = trials_of(in_tmp / "run" / "optuna.db", name)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
 
 
 def _enqueue(db: Path, name: str, params: list[dict]) -> None:

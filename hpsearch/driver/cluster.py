@@ -9,6 +9,7 @@ import os
 from typing import Any, Mapping
 
 from hpsearch.core.placement import check_fits
+from hpsearch.driver.interrupts import SignalsHeld
 from hpsearch.driver.prepare import Prepared
 from hpsearch.errors import ConfigError, HpsearchError
 from hpsearch.spec import config as config_mod
@@ -74,12 +75,15 @@ class RaySession:
         return self.joined or sum(1 for n in nodes if n.get("Alive")) > 1
 
     def __exit__(self, *exc_info) -> None:
-        if self.local is not None:
-            self.local.stop()
-        elif self.joined:
-            import ray
+        # Ctrl-C and SIGTERM wait until Ray is shut down: a shutdown cut in half leaves
+        # the process attached to a GCS that is gone, until Ray kills it (exit 1).
+        with SignalsHeld():
+            if self.local is not None:
+                self.local.stop()
+            elif self.joined:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
 
 
 def trial_demand(config: config_mod.Config):
