@@ -249,9 +249,10 @@ cfg = spec(**{"name": "nodes", "max_epochs": 60, "search.n_trials": 1,
               "search.concurrency": 1, "checkpoint.every_epochs": 1})
 db = "runs/nodes/optuna.db"
 removed = {}
+done = threading.Event()
 
 def remove_the_node():
-    while True:
+    while not done.is_set():
         time.sleep(0.2)
         try:  # read-only, while the driver writes
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
@@ -268,8 +269,11 @@ def remove_the_node():
                     removed["node"] = node_id
                     return
 
-threading.Thread(target=remove_the_node, daemon=True).start()
+remover = threading.Thread(target=remove_the_node, daemon=True)
+remover.start()
 result = hpsearch.run(cfg, emit=None)
+done.set()
+remover.join()  # a removal under way ends before cluster.shutdown() removes nodes
 trial = result.study.trials[0]
 print(json.dumps({"state": trial.state.name, "preemptions": trial.user_attrs.get("preemptions"),
                   "resumed_from": trial.user_attrs.get("resumed_from_epochs"),
@@ -343,8 +347,12 @@ ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False,
          logging_level=logging.ERROR)
 
 def take_back_after(node, db, epochs):
+    """Removes ``node`` once ``epochs`` epochs are in the study; returns a function that
+    stops watching and waits for a removal under way (the run can end while Ray still
+    takes the node down: cluster.shutdown() must not remove it a second time)."""
+    done = threading.Event()
     def watch():
-        while True:
+        while not done.is_set():
             time.sleep(0.2)
             try:
                 with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
@@ -354,7 +362,12 @@ def take_back_after(node, db, epochs):
             if n >= epochs:
                 cluster.remove_node(node)
                 return
-    threading.Thread(target=watch, daemon=True).start()
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    def finish():
+        done.set()
+        thread.join()
+    return finish
 
 def one(name, overrides):
     cfg = spec(**{"name": name, "max_epochs": 40, "search.n_trials": 1,
@@ -385,12 +398,14 @@ def one(name, overrides):
             "nodes": t.user_attrs.get("nodes"), "error": t.user_attrs.get("error"),
             "intervals": opened, "raised": raised, "report": report}
 
-take_back_after(spot, "runs/fallback/optuna.db", 2)
+finish = take_back_after(spot, "runs/fallback/optuna.db", 2)
 fallback = one("fallback", {"preemption.on_demand_fallback": True})
+finish()
 spot2 = cluster.add_node(num_cpus=1, resources={"hps_spot": 1000, INSTANCE: 1000})
 cluster.wait_for_nodes()
-take_back_after(spot2, "runs/strict/optuna.db", 2)
+finish = take_back_after(spot2, "runs/strict/optuna.db", 2)
 strict = one("strict", {})
+finish()
 print(json.dumps({"spot_node": spot.node_id, "on_demand_node": on_demand.node_id,
                   "fallback": fallback, "strict": strict}), flush=True)
 ray.shutdown()
