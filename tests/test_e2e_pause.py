@@ -335,6 +335,13 @@ def test_a_driver_killed_while_a_trial_is_paused_resumes_it_only_when_the_policy
     assert n_paused == len(paused), first
     assert continued >= shown
 
+    # The session settles every trial not finished before it (the paused ones too:
+    # resumed, or pruned at its close), announces that many and counts each as done.
+    finished_before = int(re.search(r"(\d+) trial\(s\) finished", first).group(1))
+    announced = int(re.search(r"^Search '[^']*': (\d+) trial\(s\)", output, re.M).group(1))
+    done, out_of = map(int, re.findall(r"\] (\d+)/(\d+) done:", output)[-1])
+    assert done == out_of == announced == len(ORDER) - finished_before, output[-3000:]
+
     trials, ledger = check_end(run)
     assert ledger.spent() >= shown
     check_slow_starter_won(trials)

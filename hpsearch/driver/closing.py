@@ -51,6 +51,9 @@ class SessionEnd:
         interrupted = core.abort is None and (halted or bool(core.live))
         with SignalsHeld():
             leftover = core.close(interrupted=interrupted)
+            # The session's last status line, once the close has settled what waited
+            # (paused trials nobody resumed are pruned there and counted as done).
+            self.out(progress.status())
         if halted:
             # A trial could not write its checkpoint: it and the others stay resumable.
             self.close_ledger()

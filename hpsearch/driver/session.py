@@ -13,7 +13,7 @@ from hpsearch import keys
 from hpsearch.driver.closing import SessionEnd
 from hpsearch.driver.cluster import trial_demand
 from hpsearch.driver.header import SessionHeader
-from hpsearch.driver.interrupts import Signals, SignalsHeld
+from hpsearch.driver.interrupts import Signals
 from hpsearch.driver.logs import WorkerDeathNotices
 from hpsearch.driver.nothing import nothing_left_text
 from hpsearch.driver.outputs import RunResult, stopped_early_text, summary
@@ -180,8 +180,10 @@ class Session:
         if continuing and (done_before or orphans):
             self.header.continuing(done_before, orphans, stopped, len(paused),
                                    self.spent_before)
-        remaining = core.new_left + len(orphans) + len(stopped)
-        if remaining == 0 and not paused:
+        # Trials this session settles: new ones, restarted ones, and the paused ones
+        # (each ends here, resumed by the policy or pruned), so done reaches remaining.
+        remaining = core.new_left + len(orphans) + len(stopped) + len(paused)
+        if remaining == 0:
             out(nothing_left_text(done_before, config.search.n_trials))
             self.end.close_ledger()  # its nodes are released now, not at the next session
             return None
@@ -198,8 +200,6 @@ class Session:
             raise
         finally:
             sys.stdout = stdout
-        with SignalsHeld():
-            out(progress.status())
         return self.end.close(core, progress)
 
     def _summarise(self, recorder) -> RunResult:
