@@ -27,7 +27,8 @@ class SessionEnd:
         run_path: The run dir (named by the interrupted and disk-full errors).
         url: The study's storage URL (a full disk may be its SQLite file's).
         signals: The run's signal handlers (the exit code of an interruption).
-        out: Receives the line saying how many trials failed.
+        out: Receives the session's last status line and the line saying how many
+            trials failed.
     """
 
     def __init__(self, accountant: Any, clock: Callable[[], float], run_path: Path,
