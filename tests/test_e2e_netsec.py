@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -37,7 +38,6 @@ from hpsearch.adapters.ray.local import MARK_ENV, RUN_ENV
 
 from .conftest import REPO, SessionWatchdog
 from .test_e2e import spec
-from .test_e2e_preemption import _finished_and_running
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +55,17 @@ LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
 @pytest.fixture
+def _finished_and_running(db: Path) -> tuple[int, list[int]]:
+    """Complete trials and the numbers of running ones (read-only; any moment)."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
+            rows = con.execute("SELECT number, state FROM trials").fetchall()
+    except sqlite3.OperationalError:  # the study's tables are not created yet
+        return 0, []
+    return (sum(1 for _, state in rows if state == "COMPLETE"),
+            [n for n, state in rows if state == "RUNNING"])
+
+
 def ray_tmp():
     """A RAY_TMPDIR of the test's own: Ray's sessions, logs and ray_current_cluster.
 

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-import optuna
 import pytest
 from optuna.trial import TrialState
 
 import hpsearch
 from hpsearch.spec import raw_yaml
-from hpsearch.money.ledger import Ledger
 
 from .conftest import REPO
 from .test_e2e import load_study, spec
@@ -148,73 +143,6 @@ def test_an_interruption_notice_checkpoints_and_restarts_without_loss(ray_cluste
     assert len(trial.user_attrs["resumed_from_epochs"]) == 1
 
 
-def _finished_and_running(db: Path) -> tuple[int, list[int]]:
-    """Complete trials and the numbers of running ones (read-only; any moment)."""
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as con:
-            rows = con.execute("SELECT number, state FROM trials").fetchall()
-    except sqlite3.OperationalError:  # the study's tables are not created yet
-        return 0, []
-    return (sum(1 for _, state in rows if state == "COMPLETE"),
-            [n for n, state in rows if state == "RUNNING"])
-
-
-def test_a_killed_driver_resumes_the_experiment(in_tmp):
-    space = in_tmp / "space.yaml"
-    space.write_text(json.dumps(spec(**{"name": "crash", "max_epochs": 12,
-                                        "search.n_trials": 6, "search.concurrency": 2})))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "hpsearch", "run", str(space), "--run-dir", "run", "--quiet"],
-        cwd=in_tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    db = in_tmp / "run" / "optuna.db"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        if db.exists():
-            done, running = _finished_and_running(db)
-            checkpoints = in_tmp / "run" / "checkpoints"
-            if done >= 2 and any(list((checkpoints / f"trial-{n:04d}").glob("epoch-*"))
-                                 for n in running):
-                break
-        assert driver.poll() is None, driver.stdout.read().decode()[-2000:]
-        time.sleep(0.2)
-    else:
-        pytest.fail("the run never had finished and running trials at once")
-    driver.send_signal(signal.SIGKILL)
-    driver.wait(timeout=30)
-    study = optuna.load_study(study_name="crash", storage=f"sqlite:///{db}")
-    finished_before = {t.number for t in study.trials if t.state == TrialState.COMPLETE}
-    running_before = {t.number for t in study.trials if t.state == TrialState.RUNNING}
-    assert running_before
-    spent_before = Ledger(in_tmp / "run" / "ledger.jsonl").spent()
-    started_before = set(ledger_intervals(in_tmp / "run")) - finished_before
-    checkpointed_before = {
-        n for n in running_before
-        if list((in_tmp / "run" / "checkpoints" / f"trial-{n:04d}").glob("epoch-*"))}
-
-    resumed = subprocess.run(
-        [sys.executable, "-m", "hpsearch", "resume", "run"], cwd=in_tmp, env=env,
-        capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "resuming" in resumed.stdout
-
-    study = optuna.load_study(study_name="crash", storage=f"sqlite:///{db}")
-    trials = study.get_trials()
-    assert len(trials) == 6
-    assert all(t.state == TrialState.COMPLETE for t in trials)
-    assert all(sorted(t.intermediate_values) == list(range(1, 13)) for t in trials)
-    intervals = ledger_intervals(in_tmp / "run")
-    for number in finished_before:
-        assert len(intervals[number]) == 1, f"finished trial {number} was run again"
-    for number in started_before:
-        assert len(intervals[number]) == 2, f"trial {number} was not resumed exactly once"
-    assert checkpointed_before, "no running trial had a checkpoint when the driver died"
-    for number in checkpointed_before:
-        assert trials[number].user_attrs.get("resumed_from_epochs"), \
-            f"trial {number} restarted from scratch instead of its checkpoint"
-    assert Ledger(in_tmp / "run" / "ledger.jsonl").spent() > spent_before > 0
-
-
 def test_a_trial_on_a_removed_node_resumes_on_another_node(in_tmp):
     """ray.cluster_utils.Cluster: the node a trial runs on vanishes (a spot node)."""
     script = in_tmp / "cluster_run.py"
@@ -233,7 +161,6 @@ def test_a_trial_on_a_removed_node_resumes_on_another_node(in_tmp):
 CLUSTER_SCRIPT = r'''
 import json, logging, sqlite3, threading, time
 from pathlib import Path
-import optuna
 import ray
 from ray.cluster_utils import Cluster
 import hpsearch
@@ -331,7 +258,6 @@ def test_spot_nodes_take_spot_trials_and_on_demand_takes_over_when_they_vanish(i
 KINDS_SCRIPT = r'''
 import json, logging, sqlite3, threading, time
 from pathlib import Path
-import optuna
 import ray
 from ray.cluster_utils import Cluster
 import hpsearch
