@@ -54,7 +54,6 @@ GONE = "gone"  # the socket closed before it could be probed (a worker that ende
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
-@pytest.fixture
 def _finished_and_running(db: Path) -> tuple[int, list[int]]:
     """Complete trials and the numbers of running ones (read-only; any moment)."""
     try:
@@ -66,6 +65,7 @@ def _finished_and_running(db: Path) -> tuple[int, list[int]]:
             [n for n, state in rows if state == "RUNNING"])
 
 
+@pytest.fixture
 def ray_tmp():
     """A RAY_TMPDIR of the test's own: Ray's sessions, logs and ray_current_cluster.
 

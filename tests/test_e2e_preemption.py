@@ -161,6 +161,7 @@ def test_a_trial_on_a_removed_node_resumes_on_another_node(in_tmp):
 CLUSTER_SCRIPT = r'''
 import json, logging, sqlite3, threading, time
 from pathlib import Path
+import optuna
 import ray
 from ray.cluster_utils import Cluster
 import hpsearch
@@ -258,6 +259,7 @@ def test_spot_nodes_take_spot_trials_and_on_demand_takes_over_when_they_vanish(i
 KINDS_SCRIPT = r'''
 import json, logging, sqlite3, threading, time
 from pathlib import Path
+import optuna
 import ray
 from ray.cluster_utils import Cluster
 import hpsearch
