@@ -8,12 +8,13 @@ spent before the kill stays spent.
 The curves follow ``quality`` exactly (``tests.fault_trainables:scripted_curve``), one
 trial at a time, so the study's history at each decision is the same in every run. The
 first trials are enqueued: two good ones finish first; then a hopeless one, which the
-policy's guard stops at epoch 2 once it has seen the two finished curves; a close one,
-running when the driver is killed; and another hopeless one, which only a resumed driver
-that rebuilt its board from the study (the earlier session's curves included) stops. The
-policy is ``cost_aware`` with an aggressiveness so low that its rank cut keeps everyone:
-what stops a trial is its guard. The last trials are the curve sampler's proposals,
-made by the resumed driver from what the study holds.
+policy's guard pauses at epoch 2 once it has seen the two finished curves (and prunes at
+the end); a close one, running when the driver is killed; and another hopeless one,
+which only a resumed driver that rebuilt its board from the study (the earlier session's
+curves included) pauses and prunes. The policy is ``cost_aware`` with an aggressiveness
+so low that its rank cut keeps everyone: what stops a trial is its guard. The last
+trials are the curve sampler's proposals, made by the resumed driver from what the study
+holds.
 """
 
 from __future__ import annotations
@@ -88,10 +89,9 @@ def trials(run: Path) -> list[optuna.trial.FrozenTrial]:
     return sorted(study.get_trials(), key=lambda t: t.number)
 
 
-def decisions(run: Path) -> list[tuple[float | None, str, int, str]]:
-    """Per trial: its quality, final state, epochs and who stopped it. (A trial the
-    driver was killed in the middle of asking has no params yet: None.)"""
-    return [(t.params.get("quality"), t.state.name, len(t.intermediate_values),
+def decisions(run: Path) -> list[tuple[float, str, int, str]]:
+    """Per trial: its quality, final state, epochs and who stopped it."""
+    return [(t.params["quality"], t.state.name, len(t.intermediate_values),
              str(t.user_attrs.get("stop_reason", "")).split(":")[0])
             for t in trials(run) if t.state is not TrialState.WAITING]  # enqueued, not started
 
