@@ -95,6 +95,10 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
         return _optuna(policy, max_epochs, seed, mode, metric)
     if policy == "cost_aware":
         return _cost_aware(max_epochs, mode, **options.get("cost_aware", {}))
+    if policy.startswith("cost_aware-model-a"):  # the cut on the curve model's forecast
+        from benchmarks.model_cut import model_cut_policy
+
+        return model_cut_policy(policy, max_epochs, mode, options.get("study"))
     if policy.startswith("cost_aware-a"):  # the knob at another value: cost_aware-a0.5
         knob = {**options.get("cost_aware", {}),
                 "aggressiveness": float(policy.rsplit("-a", 1)[1])}
@@ -105,7 +109,8 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
 def _unknown(policy: str) -> ValueError:
     """The error for a policy name no peer answers to, naming the ones that do."""
     return ValueError(f"--policies: unknown policy (got {policy!r}); known: "
-                      f"{', '.join(PEERS)}, ray-asha-gK, i-epoch-K, cost_aware-aX")
+                      f"{', '.join(PEERS)}, ray-asha-gK, i-epoch-K, cost_aware-aX, "
+                      f"cost_aware-model-aX")
 
 
 def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = METRIC):

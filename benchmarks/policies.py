@@ -261,9 +261,10 @@ class Run:
         """Its row of ``runs.csv`` and its anytime curve."""
         spot = self.market == "spot"
         started = time.perf_counter()
+        # The study goes along for the policies that read its prior (cost_aware-model-aX).
         scheduler = peers.make(self.policy, max_epochs=max(c.epochs for c in pool.curves),
                                n_trials=self.n, seed=self.seed, mode=pool.objective.mode,
-                               metric=pool.objective.metric, **(options or {}))
+                               metric=pool.objective.metric, study=study, **(options or {}))
         result = simulate(pool.curves, order, self.workers, scheduler, preemptions=(
             Preemptions(self.spot_rate, SPOT_RESTART_S, SPOT_CHECKPOINT_S, self.seed)
             if spot else None), params=pool.configs, study=study)
