@@ -31,7 +31,6 @@ A measurement, not a policy: docs/curve_sampler.md says what it found.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -41,6 +40,7 @@ import numpy as np
 from benchmarks import lcbench
 from benchmarks.rank_bound import spearman
 from benchmarks.sampled import pool_space
+from hpsearch.model.encoding import Dimension, encode
 from hpsearch.model.freeze_thaw import CurveModel, Prior, _before, features, grid
 from hpsearch.model.standing import TrialCurve, standing_of, standings
 from hpsearch.pruning.cost_aware import MIN_FINISHED, Board, CostAwarePolicy
@@ -162,20 +162,13 @@ def model_cut_policy(policy: str, max_epochs: int, mode: str, study=None):
 # -- forecast quality --------------------------------------------------------------------
 
 def encoded(pool: lcbench.Pool, declared) -> list[tuple[float, ...]]:
-    """Each configuration of ``pool`` on its space's ranges (0 to 1, log where the
-    space says so): the ``declared`` hyperparameters where given (so that every task's
-    configurations line up for a prior), else every numeric one of the pool."""
+    """Each configuration of ``pool`` as the model reads it (each hyperparameter on its
+    space's range, log where the space says so): the ``declared`` hyperparameters where
+    given (so that every task's configurations line up for a prior), else every numeric
+    one of the pool."""
     space = pool_space(pool.configs, declared)
-    names = sorted(declared) if declared else sorted(space)
-
-    def unit(name: str, value: float) -> float:
-        low, high, log = space[name]
-        if log:
-            low, high, value = math.log(low), math.log(high), math.log(max(value, low))
-        return 0.0 if high <= low else (value - low) / (high - low)
-
-    return [tuple(unit(n, float(c.get(n, space[n][0]))) for n in names)
-            for c in pool.configs]
+    dims = [Dimension(name, *space[name]) for name in sorted(declared or space)]
+    return [encode(dims, config) for config in pool.configs]
 
 
 def quality(pool: lcbench.Pool, seed: int, finished: int, x, prior: Prior | None = None
@@ -191,14 +184,13 @@ def quality(pool: lcbench.Pool, seed: int, finished: int, x, prior: Prior | None
     truth = finals[partial]
     top = set(np.argsort(-truth)[:max(1, round(TOP_SHARE * len(partial)))].tolist())
     kept = max(1, round(KEPT_SHARE * len(partial)))
+    best = int(np.argmax(truth))
+    whole = whole_study(pool, x, max_epochs)
     out = {}
     for epoch in QUALITY_EPOCHS:
-        trials = [TrialCurve(int(i), x[i], {e + 1: sign * v for e, v in
-                                            enumerate(pool.curves[i].values)})
-                  for i in done]
-        trials += [TrialCurve(int(i), x[i], {e + 1: sign * pool.curves[i].values[e]
-                                             for e in range(min(epoch, pool.curves[i].epochs))},
-                              open=True) for i in partial]
+        trials = [whole[i] for i in done]
+        trials += [TrialCurve(int(i), x[i], {e: v for e, v in whole[i].scores.items()
+                                             if e <= epoch}, open=True) for i in partial]
         fitted = CurveModel(max_epochs, prior, seed=seed).fit(trials)
         model = fitted.final([(x[i], epoch, int(i)) for i in partial]).mean(axis=1)
         now = np.array([sign * pool.curves[i].values[min(epoch, pool.curves[i].epochs) - 1]
@@ -208,21 +200,19 @@ def quality(pool: lcbench.Pool, seed: int, finished: int, x, prior: Prior | None
             keeps = set(np.argsort(-ranking)[:kept].tolist())
             out[(name, "recall", epoch)] = len(top & keeps) / len(top)
             # Where the best of them is placed: the share ranked ahead of it.
-            best = int(np.argmax(truth))
             out[(name, "ahead", epoch)] = float((ranking > ranking[best]).mean())
     return out
 
 
 def whole_study(pool: lcbench.Pool, x, max_epochs: int) -> list[TrialCurve]:
-    """``pool`` as an earlier study that trained every configuration to the end (its
-    epochs put on ``max_epochs``), as the model reads a prior."""
+    """``pool`` as a study that trained every configuration to the end, each curve's
+    scores sign-adjusted and its epochs put on ``max_epochs`` (the pool's longest curve
+    ends there), as the model reads a study's trials."""
     sign = 1.0 if pool.objective.mode == "max" else -1.0
-    out = []
-    for i, curve in enumerate(pool.curves):
-        scale = max_epochs / curve.epochs
-        out.append(TrialCurve(i, x[i], {max(1, round((e + 1) * scale)): sign * v
-                                        for e, v in enumerate(curve.values)}))
-    return out
+    scale = max_epochs / max(c.epochs for c in pool.curves)
+    return [TrialCurve(i, x[i], {max(1, round((e + 1) * scale)): sign * v
+                                 for e, v in enumerate(curve.values)})
+            for i, curve in enumerate(pool.curves)]
 
 
 def loto_prior(task: str, objective: str, n: int, data, declared, max_epochs: int,
