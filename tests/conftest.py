@@ -91,15 +91,25 @@ def _gives_ray_back(request):
     except Exception:  # Ray no longer answers this process: the test's failure says why
         return
     if held:
-        from ray.util import state
-
-        alive = [f"{a.class_name} ({a.actor_id[:8]}, {a.state})"
-                 for a in state.list_actors(filters=[("state", "!=", "DEAD")])]
-        groups = [f"{g.placement_group_id[:8]} {g.state}"
-                  for g in state.list_placement_groups(filters=[("state", "!=", "REMOVED")])]
         pytest.fail(f"{request.node.nodeid} left Ray resources held {RAY_RELEASE_S:.0f} s "
-                    f"after it ended: {held}; actors alive: {alive or 'none'}; "
-                    f"placement groups: {groups or 'none'}", pytrace=False)
+                    f"after it ended: {held}; {_ray_holders(ray)}", pytrace=False)
+
+
+def _ray_holders(ray) -> str:
+    """What holds the session cluster's resources, read from its GCS through this
+    driver's own connection (the state API would look for a dashboard this cluster does
+    not run, or for whichever other cluster on the machine it finds first)."""
+    from ray._private import state
+
+    try:
+        actors = [f"{a['ActorClassName']} (pid {a['Pid']}, {a['State']})"
+                  for a in state.actors().values() if a["State"] != "DEAD"]
+        groups = [f"{pg_id[:8]} {pg['state']} {list(pg['bundles'].values())}"
+                  for pg_id, pg in ray.util.placement_group_table().items()
+                  if pg["state"] != "REMOVED"]
+    except Exception as error:  # the leak is the finding; a failed listing only says so
+        return f"holders unknown ({type(error).__name__}: {error})"
+    return f"actors alive: {actors or 'none'}; placement groups: {groups or 'none'}"
 
 
 @pytest.fixture
