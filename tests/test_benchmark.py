@@ -635,6 +635,51 @@ def test_the_sensitivity_benchmark_varies_constants_that_exist_and_restores_them
         assert half(default) != default and double(default) != default, name
         assert type(half(default)) is type(default), name
     assert sensitivity.main(["--only", "NO_SUCH_CONSTANT"]) == 2
+    # The curve sampler's constants are varied with --sampler curve only.
+    assert sensitivity.main(["--only", "N_TREES"]) == 2
+
+
+def test_the_curve_samplers_sensitivity_varies_constants_that_exist_and_are_read_when_used():
+    from benchmarks import sensitivity
+
+    for module, name, half, double in (sensitivity.MODEL_VARIANTS
+                                       + sensitivity.CANDIDATE_VARIANTS):
+        default = getattr(module, name)
+        assert double(default) != default, name
+        assert type(half(default)) is type(default) is type(double(default)), name
+    # Read where used, not bound as a default when the module loaded: a changed value
+    # reaches the next proposal.
+    from hpsearch.model import forest
+
+    fitted = forest.Forest.fit(np.arange(20.0).reshape(-1, 1), np.arange(20.0),
+                               np.arange(20), seed=0, n_trees=4)
+    saved = forest.N_SAMPLES
+    forest.N_SAMPLES = 5
+    try:
+        assert fitted.plausible(np.zeros((3, 1))).shape == (3, 5)
+    finally:
+        forest.N_SAMPLES = saved
+
+
+@pytest.mark.slow  # several curve-sampler searches; CI runs it
+def test_the_candidate_sensitivity_measures_the_gap_and_restores_the_constant(
+        tmp_path, capsys, monkeypatch):
+    from benchmarks import sensitivity
+    from hpsearch.model import planner
+
+    monkeypatch.setattr(sensitivity, "TOY_SEEDS", (0, 1))
+    monkeypatch.setattr(sensitivity, "TOY_TRIALS", 12)
+    assert sensitivity.toy_search(0) == sensitivity.toy_search(0) >= 0.0
+    out = tmp_path / "curve.md"
+    default = planner.LOCAL_STEP
+    assert sensitivity.main(["--sampler", "curve", "--only", "LOCAL_STEP",
+                             "--out", str(out)]) == 0
+    assert planner.LOCAL_STEP == default
+    printed = capsys.readouterr().out
+    assert f"planner.LOCAL_STEP = {default / 2!r}" in printed
+    assert f"planner.LOCAL_STEP = {default * 2!r}" in printed
+    table = out.read_text()
+    assert "| `planner.LOCAL_STEP` | `0.08` |" in table and "after 12 trials" in table
 
 
 def test_the_curve_samplers_cost_benchmark_measures_refits_and_reuses(capsys):

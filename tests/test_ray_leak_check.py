@@ -29,6 +29,7 @@ def test_the_leak_check_names_a_held_actor_and_placement_group(ray_cluster):
         named = _ray_holders(ray)
         assert "Holder (pid " in named and "ALIVE" in named, named
         assert f"{group.id.hex()[:8]} CREATED [{{'CPU': 0.5}}]" in named, named
+        assert f"bundles reserved: ['{group.id.hex()[:8]}']" in named, named
     finally:
         ray.kill(holder)
         ray.util.remove_placement_group(group)
@@ -36,4 +37,5 @@ def test_the_leak_check_names_a_held_actor_and_placement_group(ray_cluster):
     while _ray_leftovers(ray) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _ray_leftovers(ray)
-    assert _ray_holders(ray) == "actors alive: none; placement groups: none"
+    assert _ray_holders(ray) == ("actors alive: none; placement groups: none; "
+                                 "bundles reserved: none")

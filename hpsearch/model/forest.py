@@ -133,10 +133,11 @@ class Forest:
         return np.stack([tree.tree_.predict(X32)[:, 0] for tree in self.trees])
 
 
-    def plausible(self, X: np.ndarray, n: int = N_SAMPLES) -> np.ndarray:
-        """Plausible values of each row of ``X`` (shape (rows, n)): the trees' mean plus
-        their spread (and the floor) times the calibrated residuals' quantiles; with too
-        few residuals, the standard normal's."""
+    def plausible(self, X: np.ndarray, n: int | None = None) -> np.ndarray:
+        """Plausible values of each row of ``X`` (shape (rows, n), ``n`` by default
+        :data:`N_SAMPLES`): the trees' mean plus their spread (and the floor) times the
+        calibrated residuals' quantiles; with too few residuals, the standard normal's."""
+        n = N_SAMPLES if n is None else n
         trees = self.tree_predictions(X)
         levels = (np.arange(n) + 0.5) / n
         if len(self.residuals) >= MIN_CALIBRATION:
