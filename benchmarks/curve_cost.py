@@ -43,7 +43,7 @@ def synthetic_trials(n: int, dims: int, epochs: int, partial: bool,
         last = int(rng.integers(1, epochs + 1)) if partial else epochs
         scores = {e: quality * (1 - np.exp(-e / 8)) + float(rng.normal(0, 0.01))
                   for e in range(1, last + 1)}
-        out.append(TrialCurve(number, tuple(x), scores, False, 1.0))
+        out.append(TrialCurve(number, tuple(x), scores, False))
     return out
 
 

@@ -238,7 +238,7 @@ class FitState:
             if t.number in then:
                 last, is_open = then[t.number]
                 out.append(TrialCurve(t.number, t.x, {e: v for e, v in t.scores.items()
-                                                      if e <= last}, is_open, t.epoch_s))
+                                                      if e <= last}, is_open))
         return out
 
 

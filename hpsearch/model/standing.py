@@ -30,14 +30,12 @@ class TrialCurve:
         x: Its encoded hyperparameters (:func:`hpsearch.model.encoding.encode`).
         scores: Sign-adjusted score (higher is better) after each epoch reported.
         open: Still training or about to (running, queued): not behind anyone yet.
-        epoch_s: Its measured seconds per epoch, if known.
     """
 
     number: int
     x: tuple[float, ...]
     scores: Mapping[int, float] = field(default_factory=dict)
     open: bool = False
-    epoch_s: float | None = None
 
     @property
     def last_epoch(self) -> int:

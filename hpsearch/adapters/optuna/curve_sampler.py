@@ -1,9 +1,8 @@
 """hpsearch's curve-aware sampler as a plain Optuna sampler (:class:`CurveSampler`), and
 the study as its model reads it (:func:`study_curves`).
 
-The sampler proposes the configuration whose expected improvement over the incumbent,
-per second to the policy's first decision about it, is best under the model of curves
-(:mod:`hpsearch.model`), fitted on every trial's intermediate values (partial curves
+The sampler proposes the configuration whose expected improvement over the incumbent is
+best under the model of curves (:mod:`hpsearch.model`), fitted on every trial's intermediate values (partial curves
 included) and, with ``prior``, on earlier studies of the same space. It works in any
 Optuna study (``study.optimize`` with ``trial.report``, or ``ask``/``tell``), with or
 without intermediate values (then each trial is one point at its last step), and inside
@@ -13,7 +12,6 @@ between asks.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -65,9 +63,7 @@ def trial_curve(trial: FrozenTrial, planner: Planner, sign: float,
         scores.setdefault(max_epochs, sign * float(trial.value))
     running = (trial.state is TrialState.RUNNING
                and trial.user_attrs.get(keys.ATTR_LIFECYCLE) not in ENDED_EARLY)
-    times = [float(t) for t in trial.user_attrs.get(keys.ATTR_EPOCH_TIMES) or []]
-    epoch_s = statistics.median(times[1:] or times) if times else None
-    return TrialCurve(trial.number, planner.encode(trial.params), scores, running, epoch_s)
+    return TrialCurve(trial.number, planner.encode(trial.params), scores, running)
 
 
 def study_curves(trials: Sequence[FrozenTrial], planner: Planner, maximize: bool,
@@ -81,9 +77,8 @@ def study_curves(trials: Sequence[FrozenTrial], planner: Planner, maximize: bool
     for trial in trials:
         if trial.number == exclude:
             continue
-        attrs = trial.user_attrs
         key = (trial.state, len(trial.intermediate_values), trial.value,
-               attrs.get(keys.ATTR_LIFECYCLE), len(attrs.get(keys.ATTR_EPOCH_TIMES) or ()))
+               trial.user_attrs.get(keys.ATTR_LIFECYCLE))
         held = cache.get(trial.number) if cache is not None else None
         if held is not None and held[0] == key:
             curve = held[1]
@@ -135,7 +130,7 @@ def prior_from_studies(studies: Sequence[optuna.Study | EarlierStudy], planner: 
             scale = max_epochs / earlier.max_epochs
             curves = [TrialCurve(c.number, c.x, {max(1, round(e * scale)): v
                                                  for e, v in sorted(c.scores.items())},
-                                 c.open, c.epoch_s) for c in curves]
+                                 c.open) for c in curves]
         out.append(curves)
     return Prior(out)
 
@@ -188,7 +183,6 @@ class CurveSampler(optuna.samplers.BaseSampler):
         prior: Earlier studies of the same space (Optuna studies, :class:`EarlierStudy`)
             or their curves.
         seed: Seeds the candidates, the model and the random start.
-        first_decision: Epochs a new trial trains before anyone first decides about it.
         planner: A planner to propose with (hpsearch keeps one between asks, each of
             which makes a new sampler); built from the arguments above if None.
         candidates: Where candidates come from (a function of the proposal's seed)
@@ -198,14 +192,13 @@ class CurveSampler(optuna.samplers.BaseSampler):
     def __init__(self, search_space: Mapping[str, BaseDistribution] | None = None, *,
                  max_epochs: int | None = None,
                  prior: Prior | Sequence[optuna.Study | EarlierStudy] | None = None,
-                 seed: int | None = None, first_decision: int = 2,
+                 seed: int | None = None,
                  planner: Planner | None = None,
                  candidates: Callable[[int], Sequence[Mapping[str, Any]]] | None = None):
         self._space = dict(search_space) if search_space is not None else None
         self._max_epochs = max_epochs
         self._prior_arg = prior
         self._seed = 0 if seed is None else int(seed)
-        self._first_decision = first_decision
         self._candidates = candidates
         self._planner = planner
         self._random = optuna.samplers.RandomSampler(seed=seed)
@@ -231,7 +224,6 @@ class CurveSampler(optuna.samplers.BaseSampler):
                 (max(t.intermediate_values, default=1)
                  for t in study.get_trials(deepcopy=False)), default=1)
             planner = Planner(dimensions(search_space), max(1, max_epochs), seed=self._seed,
-                              first_decision=self._first_decision,
                               candidates=self._candidates)
             prior = self._prior_arg
             if prior is not None and not isinstance(prior, Prior):

@@ -84,17 +84,13 @@ def make_sampler(config: Config, n_trials: int,
 
 
 def curve_planner(config: Config, prior: Sequence[Any] = ()) -> Any:
-    """The curve sampler's planner for a run: its space, epochs and seed, the epoch of the
-    policy's first decision (what a look at a new configuration costs), and ``prior``
+    """The curve sampler's planner for a run: its space, epochs and seed, and ``prior``
     (earlier studies, :func:`hpsearch.adapters.optuna.results.load_prior`)."""
     from hpsearch.adapters.optuna.curve_sampler import dimensions, prior_from_studies
     from hpsearch.model.planner import Planner
 
-    pruning = config.pruning
-    first = (config.max_epochs if pruning.policy == "none"
-             else max(2 if pruning.policy == "cost_aware" else 1, pruning.min_epochs))
     planner = Planner(dimensions(config.space.to_optuna()), config.max_epochs,
-                      seed=config.search.seed, first_decision=first)
+                      seed=config.search.seed)
     planner.model.prior = prior_from_studies(prior, planner, config.max_epochs)
     return planner
 
