@@ -76,7 +76,7 @@ VARIANTS: list[tuple[Any, str, Callable[[Any], Any], Callable[[Any], Any]]] = [
 
 
 def _ratio(v, factor):
-    return 1 + (v - 1) * factor
+    return round(1 + (v - 1) * factor, 6)
 
 
 #: The curve sampler's constants that the pool benchmark exercises (the model and how
