@@ -110,11 +110,12 @@ TOY_OPTIMUM = (0.62, 0.3, 0.15, 0.8)
 TOY_WEIGHTS = (1.0, 0.6, 0.3, 0.15)
 
 
-def toy_search(seed: int, trials: int | None = None) -> float:
+def toy_search(seed: int, trials: int | None = None, sampler: str = "curve") -> float:
     """How far below the optimum (1.0) the best final value of a curve-sampler search of
     ``trials`` trials (default :data:`TOY_TRIALS`) lands, on a synthetic four-parameter space (a learning rate on a
     log scale, three on linear ones, one optimum off the centre, curves that rise to a
-    ceiling set by the distance to it, reported each epoch). Deterministic per seed."""
+    ceiling set by the distance to it, reported each epoch). ``sampler``: ``curve``, or
+    for scale ``random`` or ``tpe`` (Optuna's). Deterministic per seed."""
     import optuna
 
     from hpsearch.adapters.optuna.curve_sampler import CurveSampler
@@ -133,8 +134,10 @@ def toy_search(seed: int, trials: int | None = None) -> float:
             trial.report(value, epoch)
         return value
 
-    study = optuna.create_study(direction="maximize",
-                                sampler=CurveSampler(seed=seed, max_epochs=TOY_EPOCHS))
+    samplers = {"curve": lambda: CurveSampler(seed=seed, max_epochs=TOY_EPOCHS),
+                "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+                "tpe": lambda: optuna.samplers.TPESampler(seed=seed)}
+    study = optuna.create_study(direction="maximize", sampler=samplers[sampler]())
     study.optimize(objective, n_trials=TOY_TRIALS if trials is None else trials)
     return 1.0 - study.best_value
 
@@ -152,9 +155,10 @@ def measure(objective: str, seeds, data, n: int, workers: int,
             "calibration": s["calibration"]}
 
 
-def measure_toy() -> dict:
+def measure_toy(sampler: str = "curve") -> dict:
     """The median gap to the optimum over :data:`TOY_SEEDS`."""
-    return {"gap": statistics.median(toy_search(seed) for seed in TOY_SEEDS)}
+    return {"gap": statistics.median(toy_search(seed, sampler=sampler)
+                                     for seed in TOY_SEEDS)}
 
 
 def fmt(m: dict) -> str:
@@ -252,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Curve sampler's candidates, each constant at half and double its value: "
             f"median gap of the best final value to the optimum after {TOY_TRIALS} trials "
             f"on a synthetic four-parameter space (benchmarks.sensitivity.toy_search), "
-            f"seeds {TOY_SEEDS[0]}-{TOY_SEEDS[-1]}.\n\n" + "\n".join(lines) + "\n")
+            f"seeds {TOY_SEEDS[0]}-{TOY_SEEDS[-1]}; for scale, random search "
+            f"{fmt(measure_toy('random'))}, Optuna's TPE {fmt(measure_toy('tpe'))}.\n\n"
+            + "\n".join(lines) + "\n")
     publish(out, text)
     print(f"wrote {out}")
     return 0

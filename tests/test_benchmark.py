@@ -680,6 +680,7 @@ def test_the_candidate_sensitivity_measures_the_gap_and_restores_the_constant(
     assert f"planner.LOCAL_STEP = {default * 2!r}" in printed
     table = out.read_text()
     assert "| `planner.LOCAL_STEP` | `0.08` |" in table and "after 12 trials" in table
+    assert "for scale, random search 0." in table and "Optuna's TPE 0." in table
 
 
 def test_the_curve_samplers_cost_benchmark_measures_refits_and_reuses(capsys):
