@@ -188,8 +188,8 @@ class SampledStudy(MemoryStudy):
         trial = self.trials[report.number]
         if report.epoch not in self.values.get(report.number, {}):
             trial.report(float(report.value), report.epoch)
-            # Measured epoch times, as a real run's study keeps them (the curve
-            # sampler's cost of a look).
+            # Measured epoch times, as a real run's study keeps them (what
+            # benchmarks/eips.py predicts a candidate's cost from).
             times = self.epoch_times.setdefault(report.number, [])
             if report.epoch_s > 0 and report.epoch == len(times) + 1:
                 times.append(report.epoch_s)

@@ -112,10 +112,11 @@ TOY_WEIGHTS = (1.0, 0.6, 0.3, 0.15)
 
 def toy_search(seed: int, trials: int | None = None, sampler: str = "curve") -> float:
     """How far below the optimum (1.0) the best final value of a curve-sampler search of
-    ``trials`` trials (default :data:`TOY_TRIALS`) lands, on a synthetic four-parameter space (a learning rate on a
-    log scale, three on linear ones, one optimum off the centre, curves that rise to a
-    ceiling set by the distance to it, reported each epoch). ``sampler``: ``curve``, or
-    for scale ``random`` or ``tpe`` (Optuna's). Deterministic per seed."""
+    ``trials`` trials (default :data:`TOY_TRIALS`) lands, on a synthetic four-parameter
+    space (a learning rate on a log scale, three on linear ones, one optimum off the
+    centre, curves that rise to a ceiling set by the distance to it, reported each
+    epoch). ``sampler``: ``curve``, or for scale ``random`` or ``tpe`` (Optuna's).
+    Deterministic per seed."""
     import optuna
 
     from hpsearch.adapters.optuna.curve_sampler import CurveSampler

@@ -2,12 +2,12 @@
 the study as its model reads it (:func:`study_curves`).
 
 The sampler proposes the configuration whose expected improvement over the incumbent is
-best under the model of curves (:mod:`hpsearch.model`), fitted on every trial's intermediate values (partial curves
-included) and, with ``prior``, on earlier studies of the same space. It works in any
-Optuna study (``study.optimize`` with ``trial.report``, or ``ask``/``tell``), with or
-without intermediate values (then each trial is one point at its last step), and inside
-hpsearch (``search.sampler: curve``), where the study's recorder keeps one planner
-between asks.
+best under the model of curves (:mod:`hpsearch.model`), fitted on every trial's
+intermediate values (partial curves included) and, with ``prior``, on earlier studies of
+the same space. It works in any Optuna study (``study.optimize`` with ``trial.report``,
+or ``ask``/``tell``), with or without intermediate values (then each trial is one point
+at its last step), and inside hpsearch (``search.sampler: curve``), where the study's
+recorder keeps one planner between asks.
 """
 
 from __future__ import annotations
