@@ -102,6 +102,23 @@ def cost_study(alpha: float) -> type:
     return CostStudy
 
 
+def pool_epoch_times(objective: str, seeds, tasks, data, n: int) -> dict[str, float]:
+    """How a pool's seconds per epoch spread (its 90th percentile over its 10th) and
+    where its best configuration's stand (over the pool's median), each the median over
+    the pools of ``tasks`` x ``seeds``: what a discount for cost would act on."""
+    spreads, best = [], []
+    for task in tasks:
+        for seed in seeds:
+            pool = lcbench.load_pool(task, n, seed, data, objective)
+            epoch_s = np.array([c.cum_time_s[-1] / len(c.cum_time_s) for c in pool.curves])
+            top = pool.best()
+            spreads.append(float(np.percentile(epoch_s, 90) / np.percentile(epoch_s, 10)))
+            best.append(float(epoch_s[top] / np.median(epoch_s)))
+    return {"spread": statistics.median(spreads), "best": statistics.median(best),
+            "best_q1": float(np.percentile(best, 25)),
+            "best_q3": float(np.percentile(best, 75))}
+
+
 def measure(objective: str, alpha: float, seeds, tasks, data, n: int,
             workers: int) -> dict[str, Any]:
     """``cost_aware``'s figures with the curve sampler proposing by EI per predicted
@@ -144,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
              "hit started after (oracle durations) |",
              "|---|---|---|---|---|---|"]
     try:
+        e = pool_epoch_times(args.objective, args.seeds, args.tasks, args.data, args.n)
+        print(f"seconds per epoch, median over the pools: 90th percentile / 10th "
+              f"{e['spread']:.1f}; the best configuration's / the pool's median "
+              f"{e['best']:.2f} (interquartile {e['best_q1']:.2f}-{e['best_q3']:.2f})",
+              flush=True)
         for alpha in args.alphas:
             s = measure(args.objective, alpha, args.seeds, args.tasks, args.data, args.n,
                         args.workers)

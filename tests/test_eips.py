@@ -51,5 +51,6 @@ def test_the_command_runs_each_power_restores_the_study_and_refuses_a_bad_one(ca
     assert sampled.SampledStudy is shipped
     out = capsys.readouterr().out
     assert "| 0 | 1/1 |" in out and "| 1 | 1/1 |" in out
+    assert "seconds per epoch, median over the pools: 90th percentile / 10th " in out
     assert eips.main(["--alphas", "-1"]) == 2
     assert "--alphas: each between 0 and 4 (got -1)" in capsys.readouterr().err
