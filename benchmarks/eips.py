@@ -3,8 +3,8 @@
 
 Issue 30 asks new configurations to be ranked on "expected improvement per unit of money
 to the next decision". A new configuration's own cost is not known before it runs, and
-on LCBench its epoch time varies 3-11x across a pool (the width, depth and batch size
-set it), so EIps needs a forecast of it. :class:`CostPlanner` predicts a candidate's
+on the development pools its epoch time varies widely (a pool's 90th percentile is about
+5x its 10th; the command prints it first), so EIps needs a forecast of it. :class:`CostPlanner` predicts a candidate's
 seconds per epoch from the measured epoch times of its :data:`NEIGHBOURS` nearest tried
 configurations (encoded hyperparameters, inverse-distance weights, in log seconds) and
 divides the planner's expected improvement by that prediction to the power ``alpha``
@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from benchmarks import lcbench, sampled
-from benchmarks.policies import run_all, summarise
+from benchmarks.policies import fmt, run_all, summarise
 from hpsearch.model.planner import Planner
 
 #: Tried configurations a candidate's epoch time is predicted from, and the distance
@@ -131,10 +131,6 @@ def measure(objective: str, alpha: float, seeds, tasks, data, n: int,
     finally:
         sampled.SampledStudy = shipped
     return summarise(rows, ["cost_aware"])[0]
-
-
-def fmt(x, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def main(argv: list[str] | None = None) -> int:
