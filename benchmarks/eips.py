@@ -70,12 +70,11 @@ class CostPlanner(Planner):
         self.alpha = alpha
         self.epoch_s = epoch_s
 
-    def rate(self, fitted, pool) -> np.ndarray:
-        gains = super().rate(fitted, pool)
+    def value(self, fitted, xs: np.ndarray) -> np.ndarray:
+        gains = super().value(fitted, xs)
         if not self.alpha:
             return gains
         known = [(t.x, s) for t in fitted.trials if (s := self.epoch_s(t.number))]
-        xs = np.array([self.encode(c) for c in pool], dtype=float)
         return gains / predicted_epoch_s(known, xs) ** self.alpha
 
 

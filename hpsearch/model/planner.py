@@ -112,14 +112,19 @@ class Planner:
         return {d.name: (None if u < 0 else d.decode(u)) for d, u in zip(self.dims, x)}
 
     def rate(self, fitted: Fitted, pool: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """Expected improvement of each candidate of ``pool``, rated down next to a trial
-        that has not reported yet."""
+        """Each candidate's :meth:`value`, rated down next to a trial that has not
+        reported yet."""
         xs = np.array([self.encode(c) for c in pool], dtype=float)
-        samples = fitted.final([(x, 0, None) for x in xs])
-        gains = expected_improvement(samples, fitted.reference())
+        gains = self.value(fitted, xs)
         pending = np.array([t.x for t in fitted.trials if t.open and not t.scores],
                            dtype=float).reshape(-1, len(self.dims))
         if len(pending):
             d = np.sqrt(((xs[:, None, :] - pending[None, :, :]) ** 2).mean(axis=2)).min(axis=1)
             gains = gains * (1.0 - np.exp(-0.5 * (d / PENDING_RADIUS) ** 2))
         return gains
+
+    def value(self, fitted: Fitted, xs: np.ndarray) -> np.ndarray:
+        """Expected improvement over the reference of each encoded candidate of ``xs``
+        (non-negative: the rating down multiplies it)."""
+        samples = fitted.final([(x, 0, None) for x in xs])
+        return expected_improvement(samples, fitted.reference())
