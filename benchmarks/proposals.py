@@ -1,4 +1,4 @@
-"""Benchmark: how the curve sampler chooses new configurations, three other ways, and
+"""Benchmark: how the curve sampler chooses new configurations, four other ways, and
 what a hit asks of any of them.
 
 Each row is ``cost_aware`` searching the 13 development tasks with the curve sampler
@@ -14,6 +14,9 @@ random search without pruning). The variants change only how a candidate is valu
 * ``fresh-forest``: a second forest fitted only on the rows that see nothing of their
   curve (the rows the question about a new configuration asks), so splits on a seen
   standing never mix a new configuration with trials that stood at the median.
+* ``random-start``: proposals at random (as Optuna's samplers start) until the forest's
+  spread is calibrated on its own out-of-bag rows; the shipped planner proposes from the
+  first reported epoch on.
 * ``left-behind``: a trial closed short of the last epoch (paused, pruned, stopped)
   gives rows at the last epoch too, standing behind every finished trial there, as the
   model's standings already count it; without them the last epoch's rows are only the
@@ -119,8 +122,21 @@ class LeftBehindPlanner(Planner):
         self.model = LeftBehindModel(self.max_epochs, self.model.prior, self.seed)
 
 
+class RandomStartPlanner(Planner):
+    """The shipped planner, proposing nothing (the sampler draws at random) until the
+    forest's spread is calibrated on its own out-of-bag rows (forest.MIN_CALIBRATION
+    trials): before that its expected improvement rests on an uncalibrated spread."""
+
+    def propose(self, trials, seed):
+        fitted = self.model.fit(trials)
+        if fitted is None or not len(fitted.forest.residuals):
+            return None
+        return super().propose(trials, seed)
+
+
 VARIANTS = {"ei": Planner, "thompson": ThompsonPlanner,
-            "fresh-forest": FreshForestPlanner, "left-behind": LeftBehindPlanner}
+            "fresh-forest": FreshForestPlanner, "left-behind": LeftBehindPlanner,
+            "random-start": RandomStartPlanner}
 
 
 def variant_study(planner_class: type) -> type:
@@ -172,7 +188,7 @@ def anatomy(rows: list[dict], objective: str, seeds, tasks, data, n: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="How the curve sampler values new "
-                                                 "configurations, and three other ways.")
+                                                 "configurations, and four other ways.")
     parser.add_argument("--objective", choices=sorted(lcbench.OBJECTIVES), default="acc")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
                         default=list(VARIANTS))

@@ -24,7 +24,7 @@ def board(max_epochs=4):
             for n, (a, b) in enumerate(rng.uniform(0, 0.8, size=(24, 2)))]
 
 
-@pytest.mark.parametrize("name", ["ei", "thompson", "fresh-forest", "left-behind"])
+@pytest.mark.parametrize("name", sorted(proposals.VARIANTS))
 def test_each_variant_proposes_towards_the_better_end(name):
     planner = proposals.VARIANTS[name](DIMS, 4, candidates=lambda seed: CANDIDATES)
     proposal = planner.propose(board(), 0)
@@ -101,6 +101,14 @@ def test_the_command_runs_each_variant_restores_the_study_and_prints_the_anatomy
     with pytest.raises(SystemExit):
         proposals.main(["--variants", "greedy"])
     assert "invalid choice: 'greedy'" in capsys.readouterr().err
+
+
+def test_random_start_proposes_nothing_until_the_forest_is_calibrated():
+    planner = proposals.RandomStartPlanner(DIMS, 4, candidates=lambda seed: CANDIDATES)
+    shipped = Planner(DIMS, 4, candidates=lambda seed: CANDIDATES)
+    few = board()[:3]
+    assert planner.propose(few, 0) is None and shipped.propose(few, 0) is not None
+    assert planner.propose(board(), 0).params["a"] == 0.95
 
 
 def test_the_shipped_planner_is_the_ei_variant():
