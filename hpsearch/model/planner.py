@@ -8,7 +8,13 @@ is not known before it runs, and dividing by one predicted from its neighbours' 
 improvement per second, Snoek et al. 2012) lost loss hits and money on the development
 tasks while it moved accuracy's figures by a hair (measured: ``python -m
 benchmarks.eips``; docs/curve_sampler.md, "Per second: measured and not kept"); dividing
-every candidate by the same median epoch time would change no choice.
+every candidate by the same median epoch time would change no choice. Thompson sampling
+(one tree's forecast per proposal), a second forest of the rows that see nothing of their
+curve, closed trials counted behind every finisher at the last epoch, and random
+proposals until the forest is calibrated were measured too (``python -m
+benchmarks.proposals``; docs/curve_sampler.md, "Other ways to value a new configuration"):
+none was cheaper on both objectives, and Thompson sampling, which hit more often, paid
+6-25% more money to the hit.
 
 Which paused trial to resume is the pruning policy's question, not this module's: ranking
 resumes on this scale against new configurations (and among themselves) lost 6-10 of 65
