@@ -478,3 +478,59 @@ def test_the_readme_cluster_steps_with_token_authentication(in_tmp, ray_tmp):
     study = optuna.load_study(study_name="cluster-token",
                               storage=f"sqlite:///{work / 'run' / 'optuna.db'}")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+
+
+#: Started in a process of its own (the test process may hold the session's Ray): Ray's
+#: first start fails as Ray 2.60 fails when its raylet does not register within 30 s,
+#: then LocalRay.start must start again; a failure of another kind is not retried.
+STARTUP_SCRIPT = r"""
+import json, os, sys
+import ray
+from hpsearch.adapters.ray import local
+
+real, tokens = ray.init, []
+before = {k: os.environ.get(k) for k in local.RUN_ENV}
+
+def init(*args, **kwargs):
+    tokens.append(os.environ[local.AUTH_TOKEN_PATH_ENV])
+    if len(tokens) == 1:
+        raise Exception("The current node timed out during startup. This could happen "
+                        "because some of the raylet failed to startup or the GCS has "
+                        "become overloaded.")
+    if sys.argv[1] == "other":
+        raise RuntimeError("something else")
+    return real(*args, **kwargs)
+
+ray.init = init
+out = {}
+try:
+    run = local.LocalRay(include_dashboard=False, num_cpus=1).start()
+    out["answer"] = ray.get(ray.remote(lambda: 41 + 1).remote())
+    run.stop()
+except RuntimeError as exc:
+    out["error"] = str(exc)
+out.update(tokens=tokens, first_dir_left=os.path.exists(os.path.dirname(tokens[0])),
+           env_restored=before == {k: os.environ.get(k) for k in local.RUN_ENV},
+           initialized=ray.is_initialized())
+print(json.dumps(out))
+"""
+
+
+def test_a_start_that_timed_out_in_ray_is_made_once_more(ray_tmp):
+    runs = {}
+    for case in ("timeout", "other"):
+        done = subprocess.run([sys.executable, "-c", STARTUP_SCRIPT, case],
+                              capture_output=True, text=True, timeout=240,
+                              env=clean_env(RAY_TMPDIR=str(ray_tmp)))
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[case] = json.loads(done.stdout.strip().splitlines()[-1])
+    timed_out = runs["timeout"]
+    # Started on the second try, with a new token; the first try's folder is gone.
+    assert timed_out["answer"] == 42 and "error" not in timed_out
+    assert len(timed_out["tokens"]) == 2 and len(set(timed_out["tokens"])) == 2
+    assert not timed_out["first_dir_left"]
+    assert timed_out["env_restored"] and not timed_out["initialized"]
+    # A failure of another kind on the second try is raised, and nothing is left set.
+    other = runs["other"]
+    assert other["error"] == "something else" and len(other["tokens"]) == 2
+    assert other["env_restored"] and not other["initialized"]
