@@ -122,13 +122,9 @@ def measure(objective: str, alpha: float, seeds, tasks, data, n: int,
             workers: int) -> dict[str, Any]:
     """``cost_aware``'s figures with the curve sampler proposing by EI per predicted
     second to the power ``alpha``."""
-    shipped = sampled.SampledStudy
-    sampled.SampledStudy = cost_study(alpha)
-    try:
-        rows, _ = run_all(tasks, seeds, ["cost_aware"], n, workers, data,
-                          log=lambda *a, **k: None, objective=objective, sampler="curve")
-    finally:
-        sampled.SampledStudy = shipped
+    rows, _ = run_all(tasks, seeds, ["cost_aware"], n, workers, data,
+                      log=lambda *a, **k: None, objective=objective, sampler="curve",
+                      study_class=cost_study(alpha))
     return summarise(rows, ["cost_aware"])[0]
 
 

@@ -205,12 +205,14 @@ PRIOR_TEXT = {"none": "", "loto": ", from a prior of one earlier cost_aware stud
 
 def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
             spot_rate: float | None = None, objective: str = "acc", sampler: str = "order",
-            priors=None):
+            priors=None, study_class=None):
     """Every (task, seed, policy) run, on demand and (with ``spot_rate``) on spot with
     simulated preemptions, on ``objective`` (``acc`` or ``loss``, see
     :data:`benchmarks.lcbench.OBJECTIVES`), with new configurations from ``sampler``
     (:data:`SAMPLERS`), the curve sampler starting from ``priors(task)`` (earlier
-    studies) if given; returns the rows and the anytime curves (on demand)."""
+    studies) if given, each run's study a ``study_class`` (default
+    :class:`benchmarks.sampled.SampledStudy`; a benchmark's variant of it); returns the
+    rows and the anytime curves (on demand)."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler: one of {', '.join(SAMPLERS)} (got {sampler!r})")
     rows, curves = [], {}
@@ -232,7 +234,7 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
             for market in markets:
                 for policy in policies:
                     run = Run(task, seed, policy, market, n, workers, sampler, spot_rate)
-                    study = (sampled.SampledStudy(
+                    study = ((study_class or sampled.SampledStudy)(
                         pool.configs, space, pool.objective.mode, seed, sampler,
                         prior=priors(task) if priors else (), max_epochs=max_epochs)
                         if space else None)

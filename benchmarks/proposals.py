@@ -160,13 +160,9 @@ def measure(objective: str, variant: str, seeds, tasks, data, n: int,
             workers: int) -> tuple[dict[str, Any], list[dict]]:
     """``cost_aware``'s figures with the curve sampler valuing candidates as ``variant``,
     and its rows."""
-    shipped = sampled.SampledStudy
-    sampled.SampledStudy = variant_study(VARIANTS[variant])
-    try:
-        rows, _ = run_all(tasks, seeds, ["cost_aware"], n, workers, data,
-                          log=lambda *a, **k: None, objective=objective, sampler="curve")
-    finally:
-        sampled.SampledStudy = shipped
+    rows, _ = run_all(tasks, seeds, ["cost_aware"], n, workers, data,
+                      log=lambda *a, **k: None, objective=objective, sampler="curve",
+                      study_class=variant_study(VARIANTS[variant]))
     return summarise(rows, ["cost_aware"])[0], rows
 
 
