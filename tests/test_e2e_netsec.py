@@ -493,7 +493,7 @@ before = {k: os.environ.get(k) for k in local.RUN_ENV}
 
 def init(*args, **kwargs):
     tokens.append(os.environ[local.AUTH_TOKEN_PATH_ENV])
-    if len(tokens) == 1:
+    if len(tokens) == 1 or sys.argv[1] == "twice":
         raise Exception("The current node timed out during startup. This could happen "
                         "because some of the raylet failed to startup or the GCS has "
                         "become overloaded.")
@@ -509,6 +509,14 @@ try:
     run.stop()
 except RuntimeError as exc:
     out["error"] = str(exc)
+if sys.argv[1] == "twice":  # what the driver makes of it: one line, no traceback
+    from hpsearch.driver.cluster import RaySession
+    from hpsearch.errors import HpsearchError
+    try:
+        with RaySession(None):
+            pass
+    except HpsearchError as exc:
+        out["driver_error"] = str(exc)
 out.update(tokens=tokens, first_dir_left=os.path.exists(os.path.dirname(tokens[0])),
            env_restored=before == {k: os.environ.get(k) for k in local.RUN_ENV},
            initialized=ray.is_initialized())
@@ -518,7 +526,7 @@ print(json.dumps(out))
 
 def test_a_start_that_timed_out_in_ray_is_made_once_more(ray_tmp):
     runs = {}
-    for case in ("timeout", "other"):
+    for case in ("timeout", "other", "twice"):
         done = subprocess.run([sys.executable, "-c", STARTUP_SCRIPT, case],
                               capture_output=True, text=True, timeout=240,
                               env=clean_env(RAY_TMPDIR=str(ray_tmp)))
@@ -534,3 +542,10 @@ def test_a_start_that_timed_out_in_ray_is_made_once_more(ray_tmp):
     other = runs["other"]
     assert other["error"] == "something else" and len(other["tokens"]) == 2
     assert other["env_restored"] and not other["initialized"]
+    # Timed out twice: a RuntimeError that says so, which the driver turns into its
+    # one-line error; no third try, and nothing left set.
+    twice = runs["twice"]
+    assert "timed out during startup on both of 2 tries" in twice["error"]
+    assert len(twice["tokens"]) == 2 + 2  # two here, two more through the driver
+    assert twice["driver_error"].startswith("cannot start a local Ray: Ray's node timed")
+    assert twice["env_restored"] and not twice["initialized"]

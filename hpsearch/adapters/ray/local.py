@@ -325,14 +325,19 @@ class LocalRay:
         and made once more, with a new token and a new watchdog.
 
         Raises:
-            RuntimeError: Ray is already initialised in this process.
+            RuntimeError: Ray is already initialised in this process, or the second
+                start timed out too (one line, not Ray's bare ``Exception``).
         """
-        try:
-            return self._start()
-        except Exception as exc:  # Ray raises a bare Exception for it
-            if STARTUP_TIMEOUT not in str(exc):
-                raise
-        return self._start()
+        for attempt in (1, 2):
+            try:
+                return self._start()
+            except Exception as exc:  # Ray raises a bare Exception for it
+                if STARTUP_TIMEOUT not in str(exc):
+                    raise
+        raise RuntimeError(
+            f"Ray's node {STARTUP_TIMEOUT} on both of {attempt} tries (Ray waits 30 s for "
+            "its raylet each time); are this machine's cores busy with other work?"
+        ) from None
 
     def _start(self) -> "LocalRay":
         import ray
