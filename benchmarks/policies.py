@@ -217,7 +217,9 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
         raise ValueError(f"sampler: one of {', '.join(SAMPLERS)} (got {sampler!r})")
     rows, curves = [], {}
     markets = ["on-demand"] + (["spot"] if spot_rate else [])
-    declared = lcbench.declared_space(data) if sampler != "order" and data else None
+    # The LCBench space, when a task needs it (synthetic pools declare none).
+    declared = (lcbench.declared_space(data) if sampler != "order" and data
+                and any(task != "synthetic" for task in tasks) else None)
     for task in tasks:
         for seed in seeds:
             pool = lcbench.load_pool(task, n, seed, data, objective)

@@ -18,8 +18,13 @@ candidates there, so the constants that make candidates over a continuous space
 (:data:`CANDIDATE_VARIANTS`) are measured on a synthetic one instead (:func:`toy_search`):
 the best final value found after a fixed number of trials, below the known optimum.
 
-    python -m benchmarks.sensitivity [--sampler order|curve] [--objectives acc loss]
-        [--seeds 0 1 2 3 4] [--only NAME ...] [--out benchmarks/results/sensitivity.md]
+With ``--prior loto`` (curve sampler only) every search starts from a leave-one-task-out
+prior, as ``python -m benchmarks.policies --prior loto`` builds it, and the prior's
+constants (:data:`PRIOR_VARIANTS`) are varied too.
+
+    python -m benchmarks.sensitivity [--sampler order|curve] [--prior none|loto]
+        [--objectives acc loss] [--seeds 0 1 2 3 4] [--only NAME ...]
+        [--out benchmarks/results/sensitivity.md]
 
 The constants are changed in this process only (module attributes, restored after
 each run); nothing is written to the package.
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks import lcbench
+from benchmarks import priors as priors_mod
 from benchmarks.policies import publish, run_all, summarise
 from hpsearch.model import forest, freeze_thaw, planner
 from hpsearch.pruning import cost_aware, predictor
@@ -81,8 +87,6 @@ def _ratio(v, factor):
 
 #: The curve sampler's constants that the pool benchmark exercises (the model and how
 #: it is refitted and read), halved and doubled as above (a ratio's excess over 1).
-#: The prior's (``freeze_thaw.PRIOR_WEIGHT``, ``MAX_PRIOR_TRIALS``, ``PRIOR_PER_TREE``)
-#: act only on a search with a prior, which this benchmark does not build.
 MODEL_VARIANTS: list[tuple[Any, str, Callable[[Any], Any], Callable[[Any], Any]]] = [
     (forest, "N_TREES", lambda v: v // 2, lambda v: v * 2),
     (forest, "MIN_LEAF", lambda v: max(1, v // 2), lambda v: v * 2),
@@ -92,6 +96,15 @@ MODEL_VARIANTS: list[tuple[Any, str, Callable[[Any], Any], Callable[[Any], Any]]
     (freeze_thaw, "REFIT_GROWTH", lambda v: v / 2, lambda v: v * 2),
     (freeze_thaw, "MIN_OWN_CALIBRATION", lambda v: max(1, v // 2), lambda v: v * 2),
     (planner, "PENDING_RADIUS", lambda v: v / 2, lambda v: v * 2),
+]
+
+#: The prior's constants: they act only on a search with a prior (``--prior loto``:
+#: each task's prior is an earlier study of every other task, built once and shared by
+#: every setting, so only how the model reads it changes).
+PRIOR_VARIANTS: list[tuple[Any, str, Callable[[Any], Any], Callable[[Any], Any]]] = [
+    (freeze_thaw, "PRIOR_WEIGHT", lambda v: v / 2, lambda v: v * 2),
+    (freeze_thaw, "MAX_PRIOR_TRIALS", lambda v: v // 2, lambda v: v * 2),
+    (freeze_thaw, "PRIOR_PER_TREE", lambda v: v // 2, lambda v: v * 2),
 ]
 
 #: The curve sampler's constants that make candidates over a continuous space (a pool
@@ -144,11 +157,13 @@ def toy_search(seed: int, trials: int | None = None, sampler: str = "curve") -> 
 
 
 def measure(objective: str, seeds, data, n: int, workers: int,
-            sampler: str = "order") -> dict:
-    """``cost_aware``'s figures on the development tasks (see the module docstring)."""
+            sampler: str = "order", priors=None) -> dict:
+    """``cost_aware``'s figures on the development tasks (see the module docstring);
+    ``priors``: each task's prior (:class:`benchmarks.priors.LeaveOneTaskOut`)."""
     policies = ["cost_aware"] if sampler == "curve" else ["none", "cost_aware"]
     rows, _ = run_all(lcbench.DEV_TASKS, seeds, policies, n, workers, data,
-                      log=lambda *a, **k: None, objective=objective, sampler=sampler)
+                      log=lambda *a, **k: None, objective=objective, sampler=sampler,
+                      priors=priors)
     s = summarise(rows, ["cost_aware"])[0]
     return {"hits": s["hits"], "runs": s["runs"],
             "x_none": s["x_none_order"] if sampler == "curve" else s["x_none"],
@@ -181,12 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--only", nargs="+", help="constants to vary (default all)")
+    parser.add_argument("--prior", choices=("none", "loto"), default="none",
+                        help="with --sampler curve: loto searches from a leave-one-task-"
+                             "out prior (as benchmarks.policies --prior loto) and varies "
+                             "the prior's constants too")
     parser.add_argument("--data", type=Path, default=lcbench.default_data_dir())
     parser.add_argument("--out", type=Path, default=None,
                         help="default benchmarks/results/sensitivity.md "
                              "(sensitivity_curve.md with --sampler curve)")
     args = parser.parse_args(argv)
+    if args.prior != "none" and args.sampler != "curve":
+        print("error: --prior: only --sampler curve reads a prior", file=sys.stderr)
+        return 2
     pooled = MODEL_VARIANTS if args.sampler == "curve" else VARIANTS
+    if args.prior != "none":
+        pooled = pooled + PRIOR_VARIANTS
     toy = CANDIDATE_VARIANTS if args.sampler == "curve" else []
     unknown = set(args.only or ()) - {v[1] for v in pooled + toy}
     if unknown:
@@ -231,9 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     if pooled:
         base, measures = {}, []
         for objective in args.objectives:
-            def measure_it(objective=objective):
+            priors = None
+            if args.prior != "none":
+                priors = priors_mod.LeaveOneTaskOut(
+                    lcbench.DEV_TASKS, args.n, args.data, objective,
+                    priors_mod.PRIORS[args.prior], args.workers)
+
+            def measure_it(objective=objective, priors=priors):
                 return measure(objective, args.seeds, args.data, args.n, args.workers,
-                               args.sampler)
+                               args.sampler, priors)
             base[objective] = measure_it()
             print(f"defaults, {objective}: {fmt(base[objective])}", flush=True)
             measures.append((base[objective], measure_it))
@@ -244,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         what = ("Cost-aware policy" if args.sampler == "order" else
                 "Curve sampler (cost_aware searching with it; money x random search "
                 "without pruning)")
+        if args.prior != "none":
+            what += " from a leave-one-task-out prior"
         text += (f"{what}, each constant at half and double its value: hits and median "
                  f"money to the hit, 13 development tasks, seeds "
                  f"{' '.join(map(str, args.seeds))}, pools of {args.n}, "

@@ -643,10 +643,15 @@ def test_the_curve_samplers_sensitivity_varies_constants_that_exist_and_are_read
     from benchmarks import sensitivity
 
     for module, name, half, double in (sensitivity.MODEL_VARIANTS
-                                       + sensitivity.CANDIDATE_VARIANTS):
+                                       + sensitivity.CANDIDATE_VARIANTS
+                                       + sensitivity.PRIOR_VARIANTS):
         default = getattr(module, name)
         assert double(default) != default, name
         assert type(half(default)) is type(default) is type(double(default)), name
+    # The prior's constants are varied only with a prior, and a prior only with the
+    # curve sampler.
+    assert sensitivity.main(["--sampler", "curve", "--only", "PRIOR_WEIGHT"]) == 2
+    assert sensitivity.main(["--prior", "loto", "--only", "PRIOR_WEIGHT"]) == 2
     # Read where used, not bound as a default when the module loaded: a changed value
     # reaches the next proposal.
     from hpsearch.model import forest
@@ -681,6 +686,38 @@ def test_the_candidate_sensitivity_measures_the_gap_and_restores_the_constant(
     table = out.read_text()
     assert "| `planner.LOCAL_STEP` | `0.08` |" in table and "after 12 trials" in table
     assert "for scale, random search 0." in table and "Optuna's TPE 0." in table
+
+
+@pytest.mark.slow  # seven small curve-sampler searches and four prior studies; CI runs it
+def test_the_prior_sensitivity_searches_from_a_prior_and_restores_the_constant(
+        tmp_path, capsys, monkeypatch):
+    from benchmarks import lcbench, sensitivity
+    from hpsearch.model import freeze_thaw
+
+    # The synthetic pools stand in for the development tasks (their prior: other seeds).
+    monkeypatch.setattr(lcbench, "DEV_TASKS", ("synthetic",))
+    out = tmp_path / "prior.md"
+    default = freeze_thaw.PRIOR_WEIGHT
+    seen = []
+    real_fit = freeze_thaw.CurveModel._fit_forest
+
+    def fit(self, *args, **kwargs):  # which weight each fit read
+        seen.append(freeze_thaw.PRIOR_WEIGHT)
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(freeze_thaw.CurveModel, "_fit_forest", fit)
+    assert sensitivity.main(["--sampler", "curve", "--prior", "loto", "--only",
+                             "PRIOR_WEIGHT", "--objectives", "acc", "--seeds", "0",
+                             "--n", "30", "--data", str(tmp_path), "--out", str(out)]) == 0
+    assert freeze_thaw.PRIOR_WEIGHT == default
+    printed = capsys.readouterr().out
+    assert printed.count("prior: searched synthetic") == 4  # built once, shared
+    assert f"freeze_thaw.PRIOR_WEIGHT = {default / 2!r}" in printed
+    assert f"freeze_thaw.PRIOR_WEIGHT = {default * 2!r}" in printed
+    assert {default / 2, default, default * 2} <= set(seen)
+    table = out.read_text()
+    assert "from a leave-one-task-out prior" in table
+    assert f"| `freeze_thaw.PRIOR_WEIGHT` | `{default!r}` |" in table
 
 
 def test_the_curve_samplers_cost_benchmark_measures_refits_and_reuses(capsys):
