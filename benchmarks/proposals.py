@@ -29,8 +29,15 @@ configurations of the first that is one, and the money spent per configuration s
 before it (in durations of the best configuration's training); ``x oracle`` is about
 ``workers + that cost x the position``.
 
+With ``--ceiling`` it runs no search and prints where the first hit would start if every
+started configuration's whole curve were known before the next proposal (no pruning, no
+partial curves): the shipped planner's model, a Gaussian process and random proposals,
+one at a time and ``--workers`` at a time (:func:`full_information`). What full
+information buys is the most any proposal rule on that model could gain from knowing
+more; what proposing in parallel costs shows beside it.
+
     python -m benchmarks.proposals --objective acc|loss [--variants ei thompson ...]
-        [--seeds 0 1 2 3 4]
+        [--seeds 0 1 2 3 4] [--ceiling]
 
 A measurement, not a sampler: docs/curve_sampler.md says what it found.
 """
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +190,141 @@ def anatomy(rows: list[dict], objective: str, seeds, tasks, data, n: int,
                                       for r in hit)}
 
 
+#: ``--ceiling``: how each full-information search proposes (see :func:`full_information`).
+CEILING_MODELS = ("forest", "gp", "random")
+
+
+def full_information(pool: lcbench.Pool, how: str, batch: int, seed: int,
+                     declared: sampled.Space | None = None) -> int:
+    """The position (1-based) at which the first hit configuration of ``pool`` is started
+    when every proposal knows the whole curve of each configuration started before its
+    batch: no pruning and no partial curves, what any proposal rule on that model could
+    at best know. Proposals come ``batch`` at a time, each knowing the batch's earlier
+    ones are pending (``batch`` = the workers: what parallel workers cost in positions).
+
+    ``how``: ``forest``, the shipped planner (its model and expected improvement, a
+    pending configuration rated down as in a run); ``gp``, a Gaussian process on the
+    finals' normal scores (scikit-learn: Matern 5/2 with a length scale per dimension, a
+    noise term; expected improvement; a batch is its ``batch`` best candidates), the
+    model freeze-thaw BO and DyHPO build on; ``random``. Each starts at random until
+    its model has two configurations to learn from. ``len(pool) + 1`` when none hits.
+    """
+    from hpsearch.adapters.optuna.curve_sampler import dimensions
+    from hpsearch.model.standing import TrialCurve
+    from optuna.distributions import FloatDistribution
+
+    if how not in CEILING_MODELS:
+        raise ValueError(f"how: one of {', '.join(CEILING_MODELS)} (got {how!r})")
+    n = len(pool.configs)
+    space = sampled.pool_space(pool.configs, declared)
+    params = [{name: float(c[name]) for name in space if name in c} for c in pool.configs]
+    untried = np.ones(n, dtype=bool)
+    planner = Planner(dimensions({name: FloatDistribution(low, high, log=log)
+                                  for name, (low, high, log) in space.items()}),
+                      max(c.epochs for c in pool.curves), seed=seed,
+                      candidates=lambda _: [params[i] for i in np.flatnonzero(untried)])
+    x = np.array([planner.encode(p) for p in params], dtype=float)
+    sign = 1.0 if pool.objective.mode == "max" else -1.0
+    best = pool.best_final()
+    hit = np.array([pool.objective.hits(f, best) for f in pool.finals()])
+    rng = np.random.default_rng([seed, 99])
+    order: list[int] = []
+    known: list[TrialCurve] = []
+    finals = sign * pool.finals()
+    while untried.any() and not hit[order].any():
+        pending: list[TrialCurve] = []
+        if how == "forest":  # one at a time, each knowing the batch's earlier ones
+            chosen = []
+            for _ in range(min(batch, int(untried.sum()))):
+                index = _proposals(how, planner, known + pending, x, finals, order,
+                                   untried, 1, rng)[0]
+                untried[index] = False
+                order.append(index)
+                pending.append(TrialCurve(index, tuple(x[index]), {}, open=True))
+        else:
+            chosen = _proposals(how, planner, known, x, finals, order, untried, batch, rng)
+        for index in chosen:
+            untried[index] = False
+            order.append(index)
+            pending.append(TrialCurve(index, tuple(x[index]), {}, open=True))
+        known += [TrialCurve(t.number, t.x, {e + 1: sign * v for e, v in
+                                             enumerate(pool.curves[t.number].values)})
+                  for t in pending]
+    return next((k + 1 for k, i in enumerate(order) if hit[i]), n + 1)
+
+
+def _proposals(how, planner, known, x, finals, order, untried, k, rng) -> list[int]:
+    """The next ``k`` configurations (pool indices) ``how`` proposes."""
+    free = np.flatnonzero(untried)
+    learned = [t for t in known if t.scores]
+    if how == "random" or len(learned) < 2:
+        return [int(i) for i in rng.choice(free, size=min(k, len(free)), replace=False)]
+    if how == "forest":
+        proposal = planner.propose(known, seed=len(order))
+        if proposal is None:
+            return [int(rng.choice(free))]
+        wanted = planner.encode(proposal.params)
+        return [int(free[np.argmin(((x[free] - np.array(wanted)) ** 2).sum(axis=1))])]
+    from scipy.stats import norm, rankdata
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+    seen = np.array([t.number for t in learned])
+    y = normal_scores((rankdata(finals[seen]) - 0.5) / len(seen))
+    kernel = (ConstantKernel(1.0, (1e-2, 1e2))
+              * Matern(np.full(x.shape[1], 0.5), (1e-2, 1e2), nu=2.5)
+              + WhiteKernel(1e-2, (1e-6, 1.0)))
+    with warnings.catch_warnings():  # a length scale at its bound: a flat dimension
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gp = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=1,
+                                      random_state=0).fit(x[seen], y)
+    mean, sd = gp.predict(x[free], return_std=True)
+    sd = np.maximum(sd, 1e-9)
+    z = (mean - y.max()) / sd
+    gain = (mean - y.max()) * norm.cdf(z) + sd * norm.pdf(z)
+    return [int(free[i]) for i in np.argsort(-gain)[:k]]
+
+
+def ceiling(objective: str, seeds, tasks, data, n: int, workers: int,
+            models=CEILING_MODELS) -> list[dict[str, Any]]:
+    """:func:`full_information` over the pools: per model and batch (1 and ``workers``),
+    the median and mean position of the first hit started and the share of pools where
+    it is within the first 10% of the pool."""
+    declared = lcbench.declared_space(data) if data and any(
+        t != "synthetic" for t in tasks) else None
+    pools = [lcbench.load_pool(task, n, seed, data, objective)
+             for task in tasks for seed in seeds]
+    out = []
+    for how in models:
+        for batch in dict.fromkeys((1, workers)):
+            positions = [full_information(pool, how, batch, seed,
+                                          declared if pool.task != "synthetic" else None)
+                         for pool, seed in zip(pools, [s for _ in tasks for s in seeds])]
+            out.append({"how": how, "batch": batch,
+                        "median": statistics.median(positions),
+                        "mean": float(np.mean(positions)),
+                        "early": sum(p <= n / 10 for p in positions) / len(positions)})
+    return out
+
+
+def print_ceiling(args) -> int:
+    """``--ceiling``: the :func:`ceiling` table."""
+    print(f"first hit configuration started with full information, {args.objective}, "
+          f"tasks {' '.join(args.tasks)}, seeds {' '.join(map(str, args.seeds))}, pools "
+          f"of {args.n}\n\n| proposals | proposed at a time | position: median | mean | "
+          f"within the first {args.n // 10} |\n|---|---|---|---|---|", flush=True)
+    try:
+        for row in ceiling(args.objective, args.seeds, args.tasks, args.data, args.n,
+                           args.workers):
+            print(f"| {row['how']} | {row['batch']} | {row['median']:g} | "
+                  f"{row['mean']:.1f} | {row['early']:.0%} |", flush=True)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="How the curve sampler values new "
                                                  "configurations, and four other ways.")
@@ -193,7 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=200, help="configurations per pool")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--data", type=Path, default=lcbench.default_data_dir())
+    parser.add_argument("--ceiling", action="store_true",
+                        help="instead of the runs: where the first hit would start with "
+                             "full information (every started configuration's whole "
+                             "curve known), one at a time and --workers at a time")
     args = parser.parse_args(argv)
+    if args.ceiling:
+        return print_ceiling(args)
     unit = "pp" if lcbench.OBJECTIVES[args.objective].mode == "max" else "%"
     lines = [f"cost_aware with the curve sampler, {args.objective}, tasks "
              f"{' '.join(args.tasks)}, seeds {' '.join(map(str, args.seeds))}, pools of "
