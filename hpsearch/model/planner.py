@@ -42,7 +42,9 @@ N_LOCAL_CENTRES = 8
 N_LOCAL_EACH = 16
 LOCAL_STEP = 0.08
 #: A candidate this close (encoded distance per dimension) to a trial that has not
-#: reported yet is rated down: that trial will tell what it would.
+#: reported yet is rated down: that trial will tell what it would. 0.2 spread four
+#: parallel proposals better with full information but cost money to the hit on both
+#: objectives in the runs (docs/curve_sampler.md, "Where the first hit could start").
 PENDING_RADIUS = 0.05
 
 
