@@ -231,22 +231,23 @@ def full_information(pool: lcbench.Pool, how: str, batch: int, seed: int,
     order: list[int] = []
     known: list[TrialCurve] = []
     finals = sign * pool.finals()
+    pending: list[TrialCurve] = []
+
+    def start(index: int) -> None:
+        untried[index] = False
+        order.append(index)
+        pending.append(TrialCurve(index, tuple(x[index]), {}, open=True))
+
     while untried.any() and not hit[order].any():
-        pending: list[TrialCurve] = []
+        pending = []
         if how == "forest":  # one at a time, each knowing the batch's earlier ones
-            chosen = []
             for _ in range(min(batch, int(untried.sum()))):
-                index = _proposals(how, planner, known + pending, x, finals, order,
-                                   untried, 1, rng)[0]
-                untried[index] = False
-                order.append(index)
-                pending.append(TrialCurve(index, tuple(x[index]), {}, open=True))
+                start(_proposals(how, planner, known + pending, x, finals, order,
+                                 untried, 1, rng)[0])
         else:
-            chosen = _proposals(how, planner, known, x, finals, order, untried, batch, rng)
-        for index in chosen:
-            untried[index] = False
-            order.append(index)
-            pending.append(TrialCurve(index, tuple(x[index]), {}, open=True))
+            for index in _proposals(how, planner, known, x, finals, order, untried,
+                                    batch, rng):
+                start(index)
         known += [TrialCurve(t.number, t.x, {e + 1: sign * v for e, v in
                                              enumerate(pool.curves[t.number].values)})
                   for t in pending]
