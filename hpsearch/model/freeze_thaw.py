@@ -43,9 +43,10 @@ PRIOR_WEIGHT = 20.0
 #: Prior trials used at most (a random subset beyond that), and how many of them each
 #: tree of the forest sees: the fit's cost grows with a tree's rows, and 600 trials
 #: (each seen by about 7 of the 40 trees) cover a 7-dimensional space's structure.
-#: Halved and doubled with a leave-one-task-out prior, the three move hits by at most
-#: two of 65 and in opposite directions on the two objectives (``python -m
-#: benchmarks.sensitivity --sampler curve --prior loto``; docs/curve_sampler.md).
+#: With a leave-one-task-out prior, halving or doubling MAX_PRIOR_TRIALS loses a hit
+#: of 13 (seed 0); PRIOR_PER_TREE moves two hits of 65 (seeds 0-4), opposite ways on
+#: the two objectives (``python -m benchmarks.sensitivity --sampler curve --prior
+#: loto``; docs/curve_sampler.md, "Sensitivity of its constants").
 MAX_PRIOR_TRIALS = 600
 PRIOR_PER_TREE = 100
 
