@@ -213,6 +213,13 @@ def declared_space(data: Path) -> dict[str, tuple[float, float, bool]]:
             if h["type"] in ("uniform_int", "uniform_float") and h["name"] != "epoch"}
 
 
+def task_space(task: str, data: Path | None) -> dict[str, tuple[float, float, bool]] | None:
+    """The space ``task``'s pool declares, for a sampler to propose in: the LCBench space
+    (:func:`declared_space`); None for a synthetic pool (it declares none) or without
+    the data."""
+    return declared_space(data) if data and task != "synthetic" else None
+
+
 def surrogate_pool(data: Path, task: str, n: int, seed: int,
                    objective: Objective | None = None) -> Pool:
     """``n`` configurations of a surrogate task (a name above or an OpenML task id)."""

@@ -217,15 +217,12 @@ def run_all(tasks, seeds, policies, n, workers, data, log=print, options=None,
         raise ValueError(f"sampler: one of {', '.join(SAMPLERS)} (got {sampler!r})")
     rows, curves = [], {}
     markets = ["on-demand"] + (["spot"] if spot_rate else [])
-    # The LCBench space, when a task needs it (synthetic pools declare none).
-    declared = (lcbench.declared_space(data) if sampler != "order" and data
-                and any(task != "synthetic" for task in tasks) else None)
     for task in tasks:
         for seed in seeds:
             pool = lcbench.load_pool(task, n, seed, data, objective)
             order = list(np.random.default_rng([seed, 1]).permutation(n))
-            space = (sampled.pool_space(pool.configs, declared if task != "synthetic"
-                                        else None) if sampler != "order" else None)
+            space = (sampled.pool_space(pool.configs, lcbench.task_space(task, data))
+                     if sampler != "order" else None)
             max_epochs = max(c.epochs for c in pool.curves)
             # Random search without pruning (the fixed order): what every row's money
             # to the hit is also measured against (x_none_order).

@@ -63,9 +63,7 @@ class LeaveOneTaskOut:
         if key not in self._studies:
             pool = lcbench.load_pool(task, self.n, seed, self.data, self.objective)
             order = list(np.random.default_rng([seed, 1]).permutation(self.n))
-            declared = (lcbench.declared_space(self.data)
-                        if self.data and task != "synthetic" else None)
-            space = sampled.pool_space(pool.configs, declared)
+            space = sampled.pool_space(pool.configs, lcbench.task_space(task, self.data))
             study = sampled.SampledStudy(pool.configs, space, pool.objective.mode, seed,
                                          "order", order=order)
             epochs = max(c.epochs for c in pool.curves)

@@ -292,16 +292,13 @@ def ceiling(objective: str, seeds, tasks, data, n: int, workers: int,
     """:func:`full_information` over the pools: per model and batch (1 and ``workers``),
     the median and mean position of the first hit started and the share of pools where
     it is within the first 10% of the pool."""
-    declared = lcbench.declared_space(data) if data and any(
-        t != "synthetic" for t in tasks) else None
-    pools = [lcbench.load_pool(task, n, seed, data, objective)
-             for task in tasks for seed in seeds]
+    pools = [(lcbench.load_pool(task, n, seed, data, objective), seed,
+              lcbench.task_space(task, data)) for task in tasks for seed in seeds]
     out = []
     for how in models:
         for batch in dict.fromkeys((1, workers)):
-            positions = [full_information(pool, how, batch, seed,
-                                          declared if pool.task != "synthetic" else None)
-                         for pool, seed in zip(pools, [s for _ in tasks for s in seeds])]
+            positions = [full_information(pool, how, batch, seed, declared)
+                         for pool, seed, declared in pools]
             out.append({"how": how, "batch": batch,
                         "median": statistics.median(positions),
                         "mean": float(np.mean(positions)),
