@@ -70,8 +70,10 @@ def _add_run(sub) -> None:
         help="run (or continue) a search described by a space.yaml",
         description=(
             "Run a search. Results go to the run dir (default runs/<name>/): the Optuna "
-            "study (optuna.db), Ray Tune's experiment with checkpoints (tune/), the "
-            "resolved config (space.yaml) and the driver log (hpsearch.log). Running "
+            "study (optuna.db), the ledger of money (ledger.jsonl), the trials' "
+            "checkpoints (checkpoints/, or checkpoint.storage), Ray Tune's experiment "
+            "(tune/), the resolved config (space.yaml), the driver log (hpsearch.log) "
+            "and the report (report.html, .csv, .json, .md). Running "
             "again on the same run dir continues the study: its finished trials count "
             "toward search.n_trials, its unfinished ones resume from their checkpoints."
         ),
@@ -136,6 +138,10 @@ def _add_validate(sub) -> None:
         description="Validate a space.yaml and print the resolved config with defaults.",
     )
     validate.add_argument("space", metavar="SPACE.yaml")
+    validate.add_argument(
+        "--run-dir", metavar="DIR",
+        help="the run dir it would run in (default runs/<name>/): a search.prior naming "
+             "this run's own study is refused, as run refuses it")
     _add_set(validate)
     validate.add_argument(
         "--no-import", action="store_true",
@@ -376,12 +382,19 @@ def _validate(args: argparse.Namespace) -> int:
         from hpsearch.spec.trainable import resolve
 
         resolve(config.trainable)
+    from pathlib import Path
+
+    from hpsearch.driver.prepare import prior_text, read_prior
+    from hpsearch.driver.rundir import default_run_dir, storage_url_for
+
+    run_path = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
+    prior = read_prior(config, storage_url_for(config, run_path.absolute()))
     sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
     for warning in config.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"ok: {args.space} is valid ({len(config.space)} parameters); a trial-hour costs "
-          f"{fmt_money(price.per_hour, price.currency)} on {price.instance}"
-          f"{' (spot)' if price.spot else ''}", file=sys.stderr)
+    print(f"ok: {args.space} is valid ({len(config.space)} parameters){prior_text(prior)}; "
+          f"a trial-hour costs {fmt_money(price.per_hour, price.currency)} on "
+          f"{price.instance}{' (spot)' if price.spot else ''}", file=sys.stderr)
     if price.note:
         print(price.note, file=sys.stderr)
     reason = pricing.auto_reason(config, gpu=gpu)

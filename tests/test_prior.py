@@ -45,8 +45,8 @@ def earlier_run(folder: Path, url: str, name: str, param: str = "lr",
     return folder
 
 
-def test_a_prior_is_read_only_by_the_curve_sampler():
-    with pytest.raises(ConfigError, match=r"search.prior: is read only by search.sampler: "
+def test_a_prior_is_used_only_by_the_curve_sampler():
+    with pytest.raises(ConfigError, match=r"search.prior: is used only by search.sampler: "
                                           r"curve \(the sampler is tpe\)"):
         config_mod.load({**RAW, "search": {"prior": ["runs/a"]}})
     with pytest.raises(ConfigError, match=r"search.prior\[1\]: must be a non-empty string"):
@@ -89,3 +89,31 @@ def test_a_run_cannot_take_its_own_study_as_its_prior(in_tmp, new_sqlite):
     with pytest.raises(ConfigError, match=r"search.prior\[0\]: is this run's own study"):
         hpsearch.run({**RAW, "storage": url,
                       "search": {"sampler": "curve", "prior": [url]}}, emit=None)
+
+
+def test_validate_refuses_the_prior_run_refuses(in_tmp, new_sqlite, capsys):
+    # validate reads search.prior as run does: a missing source, and this run's own
+    # study (the run dir it would run in), exit 2 with run's message; a good one is
+    # counted on its ok line. Nothing is written.
+    from hpsearch import cli
+
+    space = in_tmp / "space.yaml"
+    raw = {**RAW, "search": {"sampler": "curve", "prior": ["runs/nowhere"]}}
+    space.write_text(json.dumps(raw))
+    assert cli.main(["validate", str(space), "--no-import"]) == 2
+    assert capsys.readouterr().err == ("hpsearch: error: search.prior[0]: not found "
+                                       "(got 'runs/nowhere')\n")
+    assert [p.name for p in in_tmp.iterdir()] == ["space.yaml"]
+    # The run dir it would run in holds the study it would continue: its own.
+    mine = in_tmp / "mine"
+    earlier_run(mine, f"sqlite:///{mine / 'optuna.db'}", "prior-unit")
+    before = sorted(str(p) for p in in_tmp.rglob("*"))
+    assert cli.main(["validate", str(space), "--no-import", "--set",
+                     f"search.prior=[{mine}]", "--run-dir", str(mine)]) == 2
+    assert "search.prior[0]: is this run's own study" in capsys.readouterr().err
+    # Run elsewhere (the default runs/prior-unit), it is an earlier study of the space.
+    assert cli.main(["validate", str(space), "--no-import", "--set",
+                     f"search.prior=[{mine}]"]) == 0
+    assert "is valid (1 parameters) (prior: 1 earlier study, 3 trial(s));" in \
+        capsys.readouterr().err
+    assert sorted(str(p) for p in in_tmp.rglob("*")) == before

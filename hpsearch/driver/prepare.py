@@ -80,7 +80,7 @@ def prepare(source, overrides, run_dir, backend, trainable,
     faults.check_writable(run_path, study_storage.sqlite_file(url))
     checkpoints = RunCheckpoints(config, run_path)  # opened, priced: before anything is written
     return Prepared(backend, started_s, config, gpu, first.currency, run_path, url,
-                    checkpoints, _read_prior(config, url))
+                    checkpoints, read_prior(config, url))
 
 
 def prior_text(prior: list) -> str:
@@ -92,9 +92,10 @@ def prior_text(prior: list) -> str:
            f"{trials} trial(s))"
 
 
-def _read_prior(config: config_mod.Config, url: str) -> list:
+def read_prior(config: config_mod.Config, url: str) -> list:
     """The earlier studies ``search.prior`` names (ConfigError on a bad one, naming its
-    index; this run's own study is refused: its trials are not an earlier study's)."""
+    index; this run's own study, at storage ``url``, is refused: its trials are not an
+    earlier study's). ``run`` and ``validate`` both read it, so both refuse alike."""
     if not config.search.prior:
         return []
     from hpsearch.adapters.optuna.results import load_prior

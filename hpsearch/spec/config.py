@@ -227,7 +227,7 @@ def validate(raw: Mapping[str, Any]) -> Config:
     if config.search.sampler == "grid":
         config = _check_grid(config, warnings)
     if config.search.prior and config.search.sampler != "curve":
-        raise ConfigError("search.prior", "is read only by search.sampler: curve (the "
+        raise ConfigError("search.prior", "is used only by search.sampler: curve (the "
                           f"sampler is {config.search.sampler})", list(config.search.prior))
     return replace(config, warnings=tuple(warnings))
 
