@@ -244,6 +244,10 @@ def test_rerun_continues_the_same_study(ray_cluster, in_tmp):
     assert [t.number for t in trials] == [0, 1, 2]
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert any("2 trial(s) finished" in ln for ln in lines)
+    # Its progress line's best is the study's, earlier session's trials included (as its
+    # money is the study's), not only the one trial this session ran.
+    best = [m for ln in lines if (m := re.search(r"\| best \S+ \S+ \(trial (\d+)\)", ln))]
+    assert best and int(best[-1].group(1)) == second.best_trial.number, lines
     # Two sessions, two Tune experiments under one run dir.
     assert sorted(p.name for p in (second.run_dir / "tune").iterdir()
                   if p.is_dir()) == ["session-1", "session-2"]

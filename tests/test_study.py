@@ -62,6 +62,27 @@ def test_ask_gives_params_in_the_space_and_a_stable_seed(url):
     assert len({p["lr"] for p in seen}) == 5
 
 
+def test_best_is_the_studys_best_complete_trial(url):
+    recorder = StudyRecorder(config_mod.load(RAW), url)
+    assert recorder.best() is None
+    for value, state in [(0.6, LState.COMPLETE), (0.9, LState.PRUNED),
+                         (0.8, LState.COMPLETE), (0.7, LState.COMPLETE)]:
+        number, _, _ = recorder.ask()
+        recorder.record_epoch(report(number, 1, value))
+        recorder.finish(number, state, value, {})
+    # A pruned trial's better value is not a finished result; a minimising study's
+    # best is its lowest.
+    assert recorder.best() == (2, 0.8)
+    low = StudyRecorder(config_mod.load({**RAW, "name": "unit-min",
+                                         "objective": {"metric": "val_loss",
+                                                       "mode": "min"}}), url)
+    for value in (0.6, 0.4, 0.5):
+        number, _, _ = low.ask()
+        low.record_epoch(report(number, 1, value))
+        low.finish(number, LState.COMPLETE, value, {})
+    assert low.best() == (1, 0.4)
+
+
 def test_repeated_epochs_are_recorded_once(url):
     recorder = StudyRecorder(config_mod.load(RAW), url)
     number, _, _ = recorder.ask()

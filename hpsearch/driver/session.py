@@ -144,6 +144,10 @@ class Session:
             clock=self.backend.clock)
         histories = recorder.histories()
         orphans = core.restore(histories)
+        # The progress line's best is the study's, as its money is: earlier sessions' too.
+        best = recorder.best()
+        if best is not None:
+            progress.tally.best_number, progress.tally.best_value = best
         known = len(histories)
         core.new_left = max(0, config.search.n_trials - known)
         return core, placement, orphans, known - len(orphans)

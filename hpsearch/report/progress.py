@@ -30,7 +30,8 @@ def format_value(value: Any) -> str:
 
 @dataclass
 class Tally:
-    """Counts of this session's trials and the best finished one."""
+    """Counts of this session's trials and the study's best finished one (a continued
+    run starts from its earlier sessions' best)."""
 
     mode: str = "max"
     running: int = 0

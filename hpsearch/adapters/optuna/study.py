@@ -385,6 +385,15 @@ class StudyRecorder:
         """Trials of the study in a finished state (COMPLETE, PRUNED or FAIL)."""
         return len(self.study.get_trials(deepcopy=False, states=FINISHED))
 
+    def best(self) -> tuple[int, float] | None:
+        """The study's best COMPLETE trial as ``(number, value)``, or None (earlier
+        sessions' included: what a continued run's progress line starts from)."""
+        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not complete:
+            return None
+        best = self.study.best_trial
+        return best.number, best.value
+
     def attr(self, number: int, key: str, default: Any = None) -> Any:
         """A user attribute of trial ``number`` as stored."""
         return self._frozen(number).user_attrs.get(key, default)
