@@ -32,7 +32,7 @@ METHOD = ("nodes billed from rental to release as their provider bills them (rou
           "up to the billing granularity, at least the minimum once per rental); each "
           "trial pays its reserved GPUs (or CPUs) over the node's, for the seconds it "
           "ran; idle = node money - trials' shares; wasted = shares paid for work lost "
-          "to preemption or failure")
+          "to preemption, failure or interruption")
 
 
 @dataclass
@@ -99,7 +99,8 @@ class Statement:
         at_s: The moment (ledger clock).
         total: Everything billed: every rental, plus intervals billed on their own.
         kept: Work kept (trials' shares less wasted).
-        wasted: Work lost to preemption or failure.
+        wasted: Work lost to preemption, failure or interruption (Ctrl-C, a killed
+            driver: the epochs since a trial's last checkpoint).
         idle: Paid capacity no trial used (``total - kept - wasted``).
         unplaced: Money of intervals billed on their own (a format-1 ledger; part of
             kept and wasted).
@@ -222,7 +223,7 @@ def summary_lines(money: Statement, cap: float | None = None,
     budget = f" of budget.max_cost {fmt_money(cap, cur)}" if cap is not None else ""
     lines = [f"Spent: {fmt_money(money.total, cur)}{budget}: work kept "
              f"{fmt_money(money.kept, cur)}, wasted {fmt_money(money.wasted, cur)} (work "
-             f"lost to preemption or failure), idle {fmt_money(money.idle, cur)} (paid "
+             f"lost to preemption, failure or interruption), idle {fmt_money(money.idle, cur)} (paid "
              f"capacity no trial used)"]
     if len(money.nodes) > 1:
         for node in sorted(money.nodes, key=lambda n: -n.idle_cost)[:max_nodes]:

@@ -128,8 +128,9 @@ def summary_lines(report: Report) -> list[tuple[str, str]]:
         ("Work kept", fmt_money(s["kept_cost"], cur) + " (the trials' shares of their "
                                                       "nodes, less what was lost)"),
         ("Checkpoint storage", _storage_text(s)),
-        ("Wasted", fmt_money(s["wasted_cost"], cur) + " (work lost to failures and "
-                                                      "preemptions; part of spent)"),
+        ("Wasted", fmt_money(s["wasted_cost"], cur) + " (work lost to failures, "
+                                                      "preemptions and interruptions; "
+                                                      "part of spent)"),
         ("Idle", (fmt_money(s["idle_cost"], cur) + " (paid capacity no trial used; part "
                   "of spent)") if s.get("idle_cost") is not None
          else "unknown (a study from before node billing)"),
