@@ -22,7 +22,7 @@ from hpsearch.driver.policies import pruning_policy
 from hpsearch.driver.rundir import trial_log_path
 from hpsearch.driver.studymoney import StudyMoney
 from hpsearch.driver.tuner import TunerBuilder
-from hpsearch.errors import RunFailed
+from hpsearch.errors import RunFailed, RunInterrupted
 from hpsearch.money.fmt import fmt_money
 from hpsearch.money.ledger_entries import FAILED
 from hpsearch.report.progress import Progress, display_path
@@ -103,7 +103,11 @@ class Session:
             recorder.study.set_user_attr(keys.ATTR_PRICE, self.price.to_dict())
             # Intervals a stopped driver left open end at the last moment it was alive.
             ledger.close_all(self.backend.clock(), FAILED, at_last_event=True)
-            failed = self._fit(recorder, continuing, concurrency, progress_interval_s)
+            try:
+                failed = self._fit(recorder, continuing, concurrency, progress_interval_s)
+            except RunInterrupted:
+                self._report_interrupted(recorder)
+                raise
             result = self._summarise(recorder)
             failing = False
             if failed is not None:
@@ -118,6 +122,19 @@ class Session:
                 # Already failing (a full disk, say): that error is the one to report.
                 log.warning("could not record the study's spend", exc_info=True)
             recorder.close()
+
+    def _report_interrupted(self, recorder) -> None:
+        """Write the report of an interrupted session (Ctrl-C, SIGTERM) from what the
+        study holds now, its money first, as a finished session's. Best effort: a
+        failure, or another Ctrl-C meanwhile, leaves it to ``hpsearch report``."""
+        from hpsearch.adapters.optuna.results import write_study_report
+
+        try:
+            self.money.write()
+            write_study_report(recorder.study, self.run_path)
+        except (Exception, KeyboardInterrupt):  # noqa: BLE001 - derived; the study is kept
+            log.warning("the interrupted session's report was not written "
+                        "(python -m hpsearch report writes it)", exc_info=True)
 
     def _core(self, recorder, progress: Progress):
         """The search core of this session, rebuilt from the study."""
