@@ -229,7 +229,8 @@ def test_summary_lines_keep_the_three_figures_apart():
     lines = summary_lines(statement(ledger, T0 + 10), cap=1.0)
     assert lines[0] == ("Spent: 0.0450 USD of budget.max_cost 1.0000 USD: work kept "
                         "0.0200 USD, wasted 0 USD (work lost to preemption, "
-                        "failure or interruption), idle 0.0250 USD (paid capacity no trial used)")
+                        "failure or interruption), idle 0.0250 USD (paid capacity no "
+                        "trial used)")
     # One line per node, the largest idle first.
     assert lines[1] == ("  node aaaaaaaaaaaa (x, spot): billed 0.0250 USD for 10 s, trials "
                         "0 USD, idle 0.0250 USD")

@@ -223,8 +223,8 @@ def summary_lines(money: Statement, cap: float | None = None,
     budget = f" of budget.max_cost {fmt_money(cap, cur)}" if cap is not None else ""
     lines = [f"Spent: {fmt_money(money.total, cur)}{budget}: work kept "
              f"{fmt_money(money.kept, cur)}, wasted {fmt_money(money.wasted, cur)} (work "
-             f"lost to preemption, failure or interruption), idle {fmt_money(money.idle, cur)} (paid "
-             f"capacity no trial used)"]
+             f"lost to preemption, failure or interruption), idle "
+             f"{fmt_money(money.idle, cur)} (paid capacity no trial used)"]
     if len(money.nodes) > 1:
         for node in sorted(money.nodes, key=lambda n: -n.idle_cost)[:max_nodes]:
             kind = "spot" if node.spot else "on-demand"

@@ -388,10 +388,10 @@ class StudyRecorder:
     def best(self) -> tuple[int, float] | None:
         """The study's best COMPLETE trial as ``(number, value)``, or None (earlier
         sessions' included: what a continued run's progress line starts from)."""
-        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if not complete:
+        try:
+            best = self.study.best_trial
+        except ValueError:  # Optuna's word for "no COMPLETE trial yet"
             return None
-        best = self.study.best_trial
         return best.number, best.value
 
     def attr(self, number: int, key: str, default: Any = None) -> Any:
