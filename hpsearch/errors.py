@@ -81,10 +81,16 @@ class ConfigError(HpsearchError):
         self.field = field
         self.reason = reason
         self.value = None if value is _MISSING else value
+        #: Where in ``space.yaml`` the field is written (``path:line``), once known.
+        self.where: str | None = None
         text = f"{field}: {reason}" if field else reason
         if value is not _MISSING:
             text += f" (got {_short_repr(value)})"
         super().__init__(text)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{self.where}: {text}" if self.where else text
 
 
 #: Longest repr of an offending value in an error line (a list of millions of choices

@@ -53,19 +53,19 @@ CASES = [
           "  optimizer: {type: categorical, choices: [adam, sgd]"),
      [], ["space.yaml: malformed YAML at line 8"]),
     ("unknown-key", GOOD + "serach: {seed: 1}\n", [],
-     ["serach: unknown key", "did you mean 'search'?"]),
+     ["space.yaml:9: serach: unknown key", "did you mean 'search'?"]),
     ("low-gt-high", edit("low: 1.0e-4, high: 0.3", "low: 0.5, high: 0.3"), [],
-     ["space.lr.low:", "<= high (0.3)", "(got 0.5)"]),
+     ["space.yaml:6: space.lr.low:", "<= high (0.3)", "(got 0.5)"]),
     ("log-low-zero", edit("low: 1.0e-4", "low: 0"), [],
      ["space.lr.low:", "log: true", "(got 0.0)"]),
     ("empty-choices", edit("choices: [adam, sgd]", "choices: []"), [],
-     ["space.optimizer.choices:", "non-empty list", "(got [])"]),
+     ["space.yaml:7: space.optimizer.choices:", "non-empty list", "(got [])"]),
     ("unknown-module", edit("hpsearch.examples.digits:build", "nosuch.module:build"), [],
      ["trainable:", "no module named 'nosuch'", "(got 'nosuch.module:build')"]),
     ("missing-function", edit("digits:build", "digits:nosuch"), [],
      ["trainable:", "has no attribute 'nosuch'", "(got 'hpsearch.examples.digits:nosuch')"]),
     ("bad-set-value", GOOD, ["--set", "search.n_trials=abc"],
-     ["search.n_trials:", "must be an integer", "(got 'abc')"]),
+     ["error: search.n_trials:", "must be an integer", "(got 'abc')"]),
     ("bad-set-syntax", GOOD, ["--set", "search.n_trials"],
      ["--set:", "dotted.key=value", "(got 'search.n_trials')"]),
     ("set-into-scalar", GOOD, ["--set", "name.x=1"],
@@ -109,7 +109,7 @@ def test_run_bad_input_with_default_run_dir_writes_nothing(tmp_path):
     space.write_text(edit("choices: [adam, sgd]", "choices: []"), encoding="utf-8")
     proc = hpsearch("run", "space.yaml", cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("hpsearch: error: space.optimizer.choices:")
+    assert proc.stderr.startswith("hpsearch: error: space.yaml:7: space.optimizer.choices:")
     assert files_under(tmp_path) == {"space.yaml"}
 
 
@@ -175,5 +175,5 @@ def test_validate_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == (
-        "hpsearch: error: space.lr.low: must be > 0 with log: true (got 0.0)\n"
+        f"hpsearch: error: {space}:6: space.lr.low: must be > 0 with log: true (got 0.0)\n"
     )

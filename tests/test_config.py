@@ -77,7 +77,8 @@ def assert_names(err: ConfigError, field: str, *fragments: str) -> None:
     """The error names ``field`` (as its field and in its text) and every fragment."""
     text = str(err)
     assert err.field == field, text
-    assert text.startswith(f"{field}: "), text
+    where = f"{err.where}: " if err.where else ""  # path:line, when read from a file
+    assert text.startswith(f"{where}{field}: "), text
     for fragment in fragments:
         assert fragment in text, f"{fragment!r} not in {text!r}"
     assert err.exit_code == EXIT_CONFIG
@@ -226,6 +227,63 @@ def test_missing_param_bound(key):
 def test_missing_choices():
     raw = with_set(**{"space__opt": {"type": "categorical"}})
     assert_names(config_error(raw), "space.opt.choices", "is required")
+
+
+LOCATED = """\
+name: located
+trainable: pkg.mod:build
+objective: {metric: val_acc}
+max_epochs: 5
+space:
+  lr:
+    type: float
+    low: 1.0e-4
+    high: 0.3
+    log: true
+search:
+  n_trails: 3
+"""
+
+
+def load_error(path: Path, overrides=None) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load(path, overrides)
+    return info.value
+
+
+def test_an_error_in_a_file_names_its_line(tmp_path):
+    """A field written in the file is named with ``path:line``, as compilers do; an
+    override's value, or a mapping given in code, has no line to name."""
+    path = write(tmp_path, LOCATED)
+    err = load_error(path)
+    assert str(err) == (f"{path}:12: search.n_trails: unknown key; did you mean "
+                        "'n_trials'?"), str(err)
+    assert err.field == "search.n_trails" and err.where == f"{path}:12"
+    fixed = LOCATED.replace("n_trails", "n_trials")
+    low = write(tmp_path, fixed.replace("low: 1.0e-4", "low: -1"), "low.yaml")
+    assert str(load_error(low)).startswith(f"{low}:8: space.lr.low: must be > 0")
+    # A missing key is named at its nearest written parent.
+    missing = write(tmp_path, fixed.replace("objective: {metric: val_acc}", "objective: {}"),
+                    "missing.yaml")
+    assert str(load_error(missing)) == f"{missing}:3: objective.metric: is required"
+    # The value an override set is not the file's: no line.
+    err = load_error(path, ["search.n_trails=4"])
+    assert err.where is None and str(err).startswith("search.n_trails: unknown key"), str(err)
+    err = load_error(write(tmp_path, fixed, "fixed.yaml"), ["space.lr.low=-2"])
+    assert err.where is None and str(err).startswith("space.lr.low: "), str(err)
+    err = load_error(path, ["space.lr={type: float, low: -2, high: 1, log: true}"])
+    assert err.where is None and str(err).startswith("space.lr.low: "), str(err)
+    err = load_error(path, ["space.lr.high=0.5"])  # an override elsewhere: the line stays
+    assert err.where == f"{path}:12", str(err)
+    # hpsearch.run(path, trainable=...): the file's lines, but for the trainable it replaces.
+    from hpsearch.driver.prepare import _load_config
+
+    with pytest.raises(ConfigError) as info:
+        _load_config(low, None, "pkg.other:build")
+    assert info.value.where == f"{low}:8", str(info.value)
+    # No file, no line.
+    err = load_error(yaml.safe_load(LOCATED))
+    assert err.where is None and str(err).startswith("search.n_trails: "), str(err)
 
 
 # ---------------------------------------------------------------------------------------

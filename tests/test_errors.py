@@ -97,6 +97,12 @@ def test_a_config_error_keeps_its_field_reason_and_value():
         assert (back.field, back.reason, back.value, str(back)) == \
             (error.field, error.reason, error.value, str(error))
         assert back.exit_code == 2
+    # Where in space.yaml it was found travels too (an error raised in a trial process).
+    located = ConfigError("space.lr.low", "must be > 0", 0.0)
+    located.where = "space.yaml:6"
+    back = pickle.loads(pickle.dumps(located))
+    assert back.where == "space.yaml:6" and str(back) == str(located) == \
+        "space.yaml:6: space.lr.low: must be > 0 (got 0.0)"
 
 
 def test_an_error_raised_and_caught_round_trips_with_its_cause_text():

@@ -113,12 +113,15 @@ def _load_config(source, overrides, trainable) -> config_mod.Config:
 
     if trainable is None:
         return config_mod.load(source, overrides)
-    raw = dict(source) if isinstance(source, Mapping) else raw_yaml.read_yaml(source)
-    raw = raw_yaml.apply_overrides(raw, overrides)
-    if not callable(trainable):
-        raw["trainable"] = trainable
-        return config_mod.validate(raw)
-    from hpsearch.spec.trainable import display_name
+    lines: dict[str, int] = {}
+    raw = dict(source) if isinstance(source, Mapping) else raw_yaml.read_yaml(source, lines)
+    lines.pop("trainable", None)  # the caller's trainable replaces the file's
+    with raw_yaml.located(source, lines, overrides):
+        raw = raw_yaml.apply_overrides(raw, overrides)
+        if not callable(trainable):
+            raw["trainable"] = trainable
+            return config_mod.validate(raw)
+        from hpsearch.spec.trainable import display_name
 
-    raw["trainable"] = _FUNCTION_PLACEHOLDER
-    return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))
+        raw["trainable"] = _FUNCTION_PLACEHOLDER
+        return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 from hpsearch.errors import ConfigError
 from hpsearch.spec.objective import Objective, mode_from_metric
 from hpsearch.spec.parsers import URL_RE, ints, key, optional, section, text
-from hpsearch.spec.raw_yaml import apply_overrides, read_yaml
+from hpsearch.spec.raw_yaml import apply_overrides, located, read_yaml
 from hpsearch.spec.sections import (COST_AWARE_FINISH_SHARE, Budget, Checkpoint, Cluster, Oom,
                                     Preemption, Pricing, Pruning, Resources, Search,
                                     SimulatedPreemption)
@@ -318,5 +318,7 @@ def load(
     overrides: Mapping[str, Any] | list[str] | None = None,
 ) -> Config:
     """Load ``source`` (a path to ``space.yaml`` or a mapping), apply overrides, validate."""
-    raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
-    return validate(apply_overrides(raw, overrides))
+    lines: dict[str, int] = {}
+    raw = dict(source) if isinstance(source, Mapping) else read_yaml(source, lines)
+    with located(source, lines, overrides):
+        return validate(apply_overrides(raw, overrides))

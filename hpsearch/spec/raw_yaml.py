@@ -5,12 +5,15 @@ Pure module (PyYAML is imported inside the functions). Refused, each as one
 any depth (YAML would silently keep the later one); nesting deeper than
 :data:`MAX_DEPTH` levels. ``--set dotted.key=value`` overrides are parsed as YAML
 scalars and applied to the raw mapping before validation, so they obey the same rules.
+An error about a field written in the file names where (``path:line``, see
+:func:`located`); one about a field an override set does not.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from hpsearch.errors import ConfigError
 
@@ -107,13 +110,15 @@ def _yaml_problem(exc: Exception) -> str:
     return problem
 
 
-def parse_yaml(text: str, name: str = "space.yaml") -> Any:
+def parse_yaml(text: str, name: str = "space.yaml",
+               lines: dict[str, int] | None = None) -> Any:
     """Parse YAML ``text`` with the checks ``space.yaml`` gets; ``name`` names it in errors.
 
     Refused, each as one ConfigError: malformed YAML; a key repeated in one mapping, at
     any depth (named by its dotted path, with both lines); nesting deeper than
     :data:`MAX_DEPTH`. Uses libyaml's loader when PyYAML has it (about ten times faster
-    on a list of millions of choices).
+    on a list of millions of choices). ``lines``, if given, receives the line of every
+    mapping key by its dotted path (``space.lr.low``).
     """
     import yaml
 
@@ -122,7 +127,7 @@ def parse_yaml(text: str, name: str = "space.yaml") -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_nodes(loader, node, name)
+        _check_nodes(loader, node, name, lines)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         if "nesting depth" in str(exc):
@@ -136,8 +141,10 @@ def parse_yaml(text: str, name: str = "space.yaml") -> Any:
         loader.dispose()
 
 
-def _check_nodes(loader: Any, root: Any, name: str) -> None:
-    """Refuse duplicate mapping keys and deep nesting in a composed YAML document.
+def _check_nodes(loader: Any, root: Any, name: str,
+                 lines: dict[str, int] | None = None) -> None:
+    """Refuse duplicate mapping keys and deep nesting in a composed YAML document;
+    record each key's line by its dotted path in ``lines``, if given.
 
     Walks the node graph iteratively, each node once (aliases are not re-walked).
     """
@@ -179,12 +186,15 @@ def _check_nodes(loader: Any, root: Any, name: str) -> None:
             if earlier is not None:
                 raise ConfigError(where, f"duplicate key at line {line} (first at line "
                                   f"{earlier}); YAML would silently keep only the later one")
+            if lines is not None:
+                lines.setdefault(where, line)
             if not isinstance(value_node, yaml.ScalarNode):
                 stack.append((value_node, where, depth + 1))
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a ``space.yaml`` into a mapping (see :func:`parse_yaml` for what is refused)."""
+def read_yaml(path: str | Path, lines: dict[str, int] | None = None) -> dict[str, Any]:
+    """Read a ``space.yaml`` into a mapping (see :func:`parse_yaml` for what is refused
+    and what ``lines`` receives)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -192,9 +202,47 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("space.yaml", "file not found", str(path)) from None
     except OSError as exc:
         raise ConfigError("space.yaml", f"cannot read file ({exc.strerror})", str(path)) from None
-    raw = parse_yaml(text, str(path))
+    raw = parse_yaml(text, str(path), lines)
     if raw is None:
         raise ConfigError(str(path), "is empty")
     if not isinstance(raw, dict):
         raise ConfigError(str(path), "top level must be a mapping of keys", raw)
     return raw
+
+
+def line_of(field: str, lines: Mapping[str, int]) -> int | None:
+    """The line of ``field`` (a dotted path, maybe with ``[i]`` indices) in the file
+    ``lines`` was read from: its own key's, else its nearest written parent's (a missing
+    ``objective.metric`` is reported at ``objective``); None if no part of it is there."""
+    path = field
+    while path:
+        if path in lines:
+            return lines[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None
+
+
+def _overridden(field: str, overrides: Mapping[str, Any] | list[str] | None) -> bool:
+    """Whether an override set ``field``, a part of it, or something inside it."""
+    if not overrides:
+        return False
+    keys = ([o.partition("=")[0].strip() for o in overrides] if isinstance(overrides, list)
+            else list(overrides))
+    return any(field == k or field.startswith((k + ".", k + "[")) or k.startswith(field + ".")
+               for k in keys)
+
+
+@contextmanager
+def located(source: Any, lines: Mapping[str, int],
+            overrides: Mapping[str, Any] | list[str] | None = None) -> Iterator[None]:
+    """Add ``path:line`` to a :class:`ConfigError` raised inside, when its field is
+    written in the file ``source`` (``lines`` from :func:`read_yaml`) and no override
+    set it (then the file's line would point at a value that is not the one refused)."""
+    try:
+        yield
+    except ConfigError as exc:
+        line = line_of(exc.field, lines) if isinstance(source, (str, Path)) else None
+        if line is not None and exc.where is None and not _overridden(exc.field, overrides):
+            exc.where = f"{source}:{line}"
+        raise
