@@ -93,8 +93,11 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
                                metric=metric)
     if policy.startswith("optuna-"):
         return _optuna(policy, max_epochs, seed, mode, metric)
+    chooser = _chooser(options.get("study"))
     if policy == "cost_aware":
-        return _cost_aware(max_epochs, mode, **options.get("cost_aware", {}))
+        return _cost_aware(max_epochs, mode, chooser=chooser, **options.get("cost_aware", {}))
+    if policy == "cost_aware-own-resumes":  # the policy's own resume order, no model's
+        return _cost_aware(max_epochs, mode, name=policy, **options.get("cost_aware", {}))
     if policy.startswith("cost_aware-model-a"):  # the cut on the curve model's forecast
         from benchmarks.model_cut import model_cut_policy
 
@@ -102,15 +105,21 @@ def make(policy: str, *, max_epochs: int, n_trials: int, seed: int, mode: str = 
     if policy.startswith("cost_aware-a"):  # the knob at another value: cost_aware-a0.5
         knob = {**options.get("cost_aware", {}),
                 "aggressiveness": float(policy.rsplit("-a", 1)[1])}
-        return _cost_aware(max_epochs, mode, name=policy, **knob)
+        return _cost_aware(max_epochs, mode, name=policy, chooser=chooser, **knob)
     raise _unknown(policy)
+
+
+def _chooser(study: Any) -> Any:
+    """The curve sampler's resume chooser of the run's ``study``, as a run's policy gets
+    it from its recorder (None without a curve sampler)."""
+    return study.resume_chooser() if hasattr(study, "resume_chooser") else None
 
 
 def _unknown(policy: str) -> ValueError:
     """The error for a policy name no peer answers to, naming the ones that do."""
     return ValueError(f"--policies: unknown policy (got {policy!r}); known: "
                       f"{', '.join(PEERS)}, ray-asha-gK, i-epoch-K, cost_aware-aX, "
-                      f"cost_aware-model-aX")
+                      f"cost_aware-model-aX, cost_aware-own-resumes")
 
 
 def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = METRIC):
@@ -132,7 +141,8 @@ def _optuna(policy: str, max_epochs: int, seed: int, mode: str, metric: str = ME
 
 
 def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
-                name: str | None = None, **policy_kwargs: Any) -> Callable:
+                name: str | None = None, chooser: Any = None,
+                **policy_kwargs: Any) -> Callable:
     """hpsearch's cost-aware policy, made with the simulated run's accountant (named
     ``name`` in the benchmark's rows when given)."""
     from hpsearch.pruning.cost_aware import CostAwarePolicy
@@ -141,7 +151,7 @@ def _cost_aware(max_epochs: int, mode: str, aggressiveness: float = 1.0,
     def with_accountant(accountant):
         pruner = CostAwarePruner(CostAwarePolicy(mode, max_epochs,
                                                  aggressiveness=aggressiveness,
-                                                 **policy_kwargs), accountant)
+                                                 **policy_kwargs), accountant, chooser)
         if name is not None:
             pruner.name = name
         return pruner

@@ -138,6 +138,18 @@ class SampledStudy(MemoryStudy):
             return CurveSampler(self.distributions(), seed=seed, planner=self.planner)
         return tpe_sampler(seed)
 
+    def resume_chooser(self):
+        """The curve sampler's resume chooser over this study (None for another
+        sampler), reading it as a real run's reads its own, its trials named by their
+        pool index."""
+        if self.planner is None:
+            return None
+        from hpsearch.adapters.optuna.samplers import CurveResumeChooser
+
+        return _Timed(CurveResumeChooser(self.planner, self.optuna, self.search_seed,
+                                         number=lambda n: self.trials[n].number),
+                      self.decision_s)
+
     def _unit(self, name: str, value: float) -> float:
         low, high, log = self.space[name]
         if log:
@@ -216,3 +228,18 @@ class SampledStudy(MemoryStudy):
             self.optuna.tell(self.trials[number], value)
         elif told is not None:
             self.optuna.tell(self.trials[number], state=told)
+
+
+class _Timed:
+    """A resume chooser whose every call's CPU seconds are appended to ``into`` (a
+    decision of the sampler's model, as a proposal is)."""
+
+    def __init__(self, chooser, into: list[float]):
+        self.chooser, self.into = chooser, into
+
+    def choose(self, paused, fresh):
+        started = time.process_time()
+        try:
+            return self.chooser.choose(paused, fresh)
+        finally:
+            self.into.append(time.process_time() - started)

@@ -252,6 +252,46 @@ def test_a_restored_paused_trial_stays_paused_and_can_resume():
     assert 0 not in made.board.stopped_at and made.pick_resume([0]) is None
 
 
+class Chooser:
+    """A resume chooser that gives one answer and records what it was asked."""
+
+    def __init__(self, answer):
+        self.answer, self.asked = answer, []
+
+    def choose(self, paused, fresh):
+        self.asked.append((sorted(paused), fresh))
+        return self.answer
+
+
+def test_a_chooser_picks_among_the_resumes_the_policy_allows_or_starts_a_new_one():
+    from hpsearch.model.planner import ResumeChoice
+
+    def restored(chooser):
+        made = simulate([], [], 1, pruner_factory("max", 20)).core.policy
+        made.chooser = chooser
+        histories = [TrialHistory(t, TrialState.PRUNED, {1: 0.2, 2: 0.2}) for t in range(4, 10)]
+        histories += [TrialHistory(t, TrialState.RUNNING, {1: 0.6, 2: 0.65}) for t in (1, 2, 3)]
+        # Trials 0 and 10 rank within the kept share at epoch 2; 11 ranks last.
+        histories += [TrialHistory(0, TrialState.PAUSED, {1: 0.30, 2: 0.35}),
+                      TrialHistory(10, TrialState.PAUSED, {1: 0.31, 2: 0.36}),
+                      TrialHistory(11, TrialState.PAUSED, {1: 0.1, 2: 0.1})]
+        made.restore(histories)
+        return made
+
+    assert restored(None).pick_resume([0, 10, 11]) == 10  # the policy's own order
+    # The chooser sees only what the policy allows, and its pick is taken ...
+    made = restored(Chooser(ResumeChoice(0, 0.5)))
+    assert made.pick_resume([0, 10, 11]) == 0
+    assert made.chooser.asked == [([0, 10], True)]
+    # ... as is its verdict that a new configuration is worth more ...
+    assert restored(Chooser(ResumeChoice(None, 0.9))).pick_resume([0, 10, 11]) is None
+    # ... and without an opinion the policy's order decides.
+    assert restored(Chooser(None)).pick_resume([0, 10, 11]) == 10
+    # Nothing allowed: the chooser is not asked.
+    made = restored(Chooser(ResumeChoice(11, 1.0)))
+    assert made.pick_resume([11]) is None and made.chooser.asked == []
+
+
 def test_the_last_round_resumes_a_paused_trial_that_may_still_win_outside_its_interval():
     # Thirty finished trials stood at 0.555-0.566 after epoch 5: most gained 0-0.12 by
     # the end, two gained 0.33 (the incumbent, 0.886). Paused trial 50 stands at 0.56

@@ -261,6 +261,31 @@ def test_a_partial_curve_headed_for_the_top_is_forecast_above_a_hopeless_one():
     assert planner.propose(trials, 0) is not None
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_start_or_resume_is_ranked_on_one_scale(seed):
+    """On hand-made boards: a paused trial climbing to the top is resumed before a new
+    configuration where configurations end poorly; a paused trial standing a point behind
+    middling peers waits while a new configuration where the best ones end is worth more,
+    and is resumed once nothing is new; a hopeless one gets no opinion."""
+    dims, trials = board(6)
+    poor = Planner(dims, EPOCHS, seed=seed, candidates=lambda s: [{"a": 0.02}, {"a": 0.04}])
+    assert poor.choose_resume(trials, [100, 101], True, 0) is None  # nothing fitted yet
+    poor.model.fit(trials)
+    climb = poor.choose_resume(trials, [101, 100], True, 0)
+    assert climb.trial == 100 and climb.improvement > 0
+    assert poor.choose_resume(trials, [101], True, 0) is None  # no opinion: the policy's
+
+    trials = [t for t in trials if t.number != 100]
+    trials.append(TrialCurve(104, (0.85,), {e: 50 * 0.85 + e * 0.85 - 1 for e in range(1, 5)}))
+    good = Planner(dims, EPOCHS, seed=seed, candidates=lambda s: [{"a": 1.0}])
+    fitted = good.model.fit(trials)
+    new = good.rate(fitted, [{"a": 1.0}])[0]
+    start = good.choose_resume(trials, [104, 101], True, 0)
+    assert start.trial is None and start.improvement == pytest.approx(new)
+    last = good.choose_resume(trials, [104, 101], False, 0)
+    assert last.trial == 104 and 0 < last.improvement < new
+
+
 def test_the_proposal_and_forecasts_are_the_same_in_any_unit_and_direction():
     dims, trials = board(6)
     # Sign-adjusted scores of a loss in other units: -(loss) ordered as the accuracy.

@@ -38,7 +38,7 @@ def pruning_policy(config: config_mod.Config, recorder: Any, accountant: Any):
 
         return CostAwarePruner(CostAwarePolicy(
             mode=mode, max_epochs=config.max_epochs, min_epochs=pruning.min_epochs,
-            aggressiveness=pruning.aggressiveness), accountant)
+            aggressiveness=pruning.aggressiveness), accountant, recorder.resume_chooser())
     from hpsearch.pruning.none import NoPruning
 
     return NoPruning()

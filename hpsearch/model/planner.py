@@ -16,10 +16,13 @@ benchmarks.proposals``; docs/curve_sampler.md, "Other ways to value a new config
 none was cheaper on both objectives, and Thompson sampling, which hit more often, paid
 6-25% more money to the hit.
 
-Which paused trial to resume is the pruning policy's question, not this module's: ranking
-resumes on this scale against new configurations (and among themselves) lost 6-10 of 65
-hits on the development tasks (see docs/curve_sampler.md, "Resumes: measured and left to
-the policy").
+The same value ranks resumes (:meth:`Planner.choose_resume`): of the paused trials the
+pruning policy would let resume, the one whose forecast end (its hyperparameters and its
+standing when it paused) has the best expected improvement, and while configurations
+are new, only if it is worth at least what the best new candidate is (one scale: the
+expected gain of a trial's end over the incumbent's). Not per second either: ranking
+resumes per second of their epochs starved slow, expensive winners and lost 6-10 of 65
+hits (docs/curve_sampler.md, "Resumes: the model ranks what the policy allows").
 """
 
 from __future__ import annotations
@@ -58,6 +61,19 @@ class Proposal:
     """
 
     params: dict[str, Any]
+    improvement: float
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """What a free worker should do, as the model sees it.
+
+    Attributes:
+        trial: The paused trial to resume, or None: start a new configuration instead.
+        improvement: The chosen trial's (or new configuration's) expected improvement.
+    """
+
+    trial: int | None
     improvement: float
 
 
@@ -136,3 +152,32 @@ class Planner:
         (non-negative: the rating down multiplies it)."""
         samples = fitted.final([(x, 0, None) for x in xs])
         return expected_improvement(samples, fitted.reference())
+
+    # -- start or resume ----------------------------------------------------------------
+
+    def choose_resume(self, trials: Sequence[TrialCurve], paused: Sequence[int],
+                      fresh: bool, seed: int) -> ResumeChoice | None:
+        """Of the ``paused`` trials (those the policy would let resume now), the one whose
+        end has the best expected improvement; while new configurations remain
+        (``fresh``), None in its place when a new candidate (the candidates the proposal
+        seeded with ``seed`` would rate) is worth at least as much. None (no opinion:
+        the policy's own order decides) before the first fit, or when no paused trial
+        can improve at all. Uses the last forest (no refit: the study keeps the
+        proposals' fits, so a resumed run chooses as the uninterrupted one did)."""
+        fitted = self.model.latest(trials)
+        by_number = {t.number: t for t in trials}
+        known = [n for n in paused if n in by_number]
+        if fitted is None or not known:
+            return None
+        gains = expected_improvement(
+            fitted.final([(by_number[n].x, by_number[n].last_epoch, n) for n in known]),
+            fitted.reference())
+        best = int(np.argmax(gains))
+        if gains[best] <= 0:
+            return None
+        if fresh:
+            pool = self._candidates(fitted, seed)
+            new = float(np.max(self.rate(fitted, pool))) if pool else 0.0
+            if new >= gains[best]:
+                return ResumeChoice(None, new)
+        return ResumeChoice(known[best], float(gains[best]))

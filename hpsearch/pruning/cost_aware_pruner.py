@@ -3,12 +3,15 @@ accountant's measured epoch costs, the paused trials and the predictions behind 
 pause, and the resume scan.
 
 When a worker frees up, the core asks :meth:`CostAwarePruner.pick_resume`: while new
-configurations remain, a paused trial is resumed when it now ranks within the kept share
+configurations remain, a paused trial may resume when it now ranks within the kept share
 at the epoch it paused at (later trials at that epoch did worse), its interval still
 reaches the incumbent and the guard would keep it; once none remain, any with a chance
-to beat the incumbent that the guard would keep; of several, the one with the best
-expected improvement over the incumbent per unit of its epoch's cost. The rule itself
-(the cut, the guard, the predictor's intervals) is :mod:`hpsearch.pruning.cost_aware`.
+to beat the incumbent that the guard would keep. Of those, a :class:`ResumeChooser` (the
+curve sampler's model, when the search has one) picks the one to resume, or a new
+configuration instead; without one, or when it has no opinion, the policy's own order:
+the best expected improvement over the incumbent per unit of its epoch's cost. The rule
+itself (the cut, the guard, the predictor's intervals) is
+:mod:`hpsearch.pruning.cost_aware`.
 
 Pure module.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hpsearch.pruning.cost_aware import JUDGED_AGAIN, Board, CostAwarePolicy
 from hpsearch.pruning.decisions import CONTINUE, Decision, Verdict
@@ -41,6 +44,16 @@ class Prediction:
     high: float
 
 
+class ResumeChooser(Protocol):
+    """Picks among the paused trials the policy would let resume now
+    (:meth:`hpsearch.model.planner.Planner.choose_resume`, bound to the run's study)."""
+
+    def choose(self, paused: "Sequence[int]", fresh: bool) -> Any:
+        """None: no opinion (the policy's order decides); else a choice whose ``trial``
+        is one of ``paused``, or None to start a new configuration instead (only while
+        ``fresh``: new configurations remain)."""
+
+
 class CostAwarePruner:
     """The cost-aware policy as a running search keeps it: the board of curves and the
     accountant's measured epoch costs. It implements the core's
@@ -51,13 +64,17 @@ class CostAwarePruner:
         policy: The decision rule.
         accountant: The run's money; its measured epoch times x node prices give the
             cost rates.
+        chooser: Ranks the resumes the policy allows (the curve sampler's model), or
+            None: the policy's own order.
     """
 
     name = "cost_aware"
 
-    def __init__(self, policy: CostAwarePolicy, accountant: "Accountant"):
+    def __init__(self, policy: CostAwarePolicy, accountant: "Accountant",
+                 chooser: ResumeChooser | None = None):
         self.policy = policy
         self.accountant = accountant
+        self.chooser = chooser
         self.board = Board(mode=policy.mode)
         #: The predictions behind every pause and stop, for measuring calibration.
         self.predictions: list[Prediction] = []
@@ -175,23 +192,30 @@ class CostAwarePruner:
         and that the guard would keep qualifies, whatever its 80% interval: the eventual
         best is often a slow starter whose late gains exceed what most finished curves
         gained. It then trains on until the guard stops it or it finishes, never paused
-        again: there is nothing to pause it for; a budget caps this last round. Of those,
-        the one with the best expected improvement over the incumbent per unit of its
-        epoch's cost (measured epoch time x its node's price); before any trial finished,
-        the best ranked per unit of cost.
+        again: there is nothing to pause it for; a budget caps this last round.
+
+        Of those, the chooser's pick (it may prefer a new configuration while ``fresh``);
+        without a chooser or when it has no opinion, the one with the best expected
+        improvement over the incumbent per unit of its epoch's cost (measured epoch time
+        x its node's price); before any trial finished, the best ranked per unit of cost.
         """
         incumbent = self.board.incumbent()
         ratios: list = []  # the peers' epoch-cost ratios, measured once per scan
-        best: tuple | None = None
-        for trial in waiting:
-            key = self._resume_key(trial, fresh, incumbent, ratios)
-            if key is not None and (best is None or key > best[0]):
-                best = (key, trial)
-        if best is None:
+        qualified = [(key, trial) for trial in waiting
+                     if (key := self._resume_key(trial, fresh, incumbent, ratios)) is not None]
+        if not qualified:
             return None
+        pick = max(qualified)[1]
+        if self.chooser is not None:
+            choice = self.chooser.choose([trial for _, trial in qualified], fresh)
+            if choice is not None:
+                if choice.trial is None and fresh:
+                    return None  # a new configuration is worth more
+                if choice.trial is not None:
+                    pick = choice.trial
         if not fresh:
-            self.last_round.add(best[1])
-        return best[1]
+            self.last_round.add(pick)
+        return pick
 
     def _resume_key(self, trial: int, fresh: bool, incumbent: float | None,
                     ratios: list) -> tuple | None:

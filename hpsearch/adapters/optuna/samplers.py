@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import re
 import warnings
 from typing import TYPE_CHECKING, Any, Container, Sequence
@@ -93,6 +94,43 @@ def curve_planner(config: Config, prior: Sequence[Any] = ()) -> Any:
                       seed=config.search.seed)
     planner.model.prior = prior_from_studies(prior, planner, config.max_epochs)
     return planner
+
+
+class CurveResumeChooser:
+    """The curve sampler's planner as the cost-aware policy's resume chooser
+    (:class:`~hpsearch.pruning.cost_aware_pruner.ResumeChooser`): it reads ``study`` as
+    the sampler does, and rates new configurations with the candidates the next ask would.
+
+    Args:
+        planner: The planner the sampler proposes with (its last forest is asked).
+        study: The run's study.
+        search_seed: ``search.seed`` (the next proposal's seed derives from it).
+        number: Maps the policy's trial numbers to the study's (the benchmark's pool
+            indices); identity in a run.
+    """
+
+    def __init__(self, planner: Any, study: optuna.Study, search_seed: int,
+                 number: Any = None):
+        self.planner, self.study, self.search_seed = planner, study, search_seed
+        self.number = number or (lambda n: n)
+
+    def choose(self, paused: Sequence[int], fresh: bool) -> Any:
+        from hpsearch.adapters.optuna.curve_sampler import (proposal_seed, restored,
+                                                            study_curves)
+
+        planner, study = self.planner, self.study
+        maximize = study.direction.name == "MAXIMIZE"
+        trials = study.get_trials(deepcopy=False)
+        restored(planner, trials, maximize)
+        curves = study_curves(trials, planner, maximize, planner.max_epochs,
+                              cache=planner.read_cache)
+        n = len(trials)
+        numbers = {self.number(p): p for p in paused}
+        choice = planner.choose_resume(curves, list(numbers), fresh,
+                                       proposal_seed(sampler_seed(self.search_seed, n), n))
+        if choice is not None and choice.trial is not None:
+            return dataclasses.replace(choice, trial=numbers[choice.trial])
+        return choice
 
 
 def tpe_sampler(seed: int, conditional: bool = False) -> optuna.samplers.BaseSampler:

@@ -34,8 +34,8 @@ from hpsearch.spec.config import Config
 from hpsearch.core.ports import EpochReport
 from hpsearch.trials import TrialHistory, TrialState as TState
 from hpsearch.errors import ConfigError
-from hpsearch.adapters.optuna.samplers import (accepting_experimental, curve_planner,
-                                               make_sampler)
+from hpsearch.adapters.optuna.samplers import (CurveResumeChooser, accepting_experimental,
+                                               curve_planner, make_sampler)
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,14 @@ class StudyRecorder:
             attrs[keys.ATTR_NODES] = list(handle.nodes)
         return attrs
 
+    def resume_chooser(self) -> Any:
+        """The curve sampler's resume chooser over this study (None for another
+        sampler): what the cost-aware policy asks before it resumes a paused trial."""
+        if self.planner is None:
+            return None
+        return _Locked(CurveResumeChooser(self.planner, self.study, self.config.search.seed),
+                       self._lock)
+
     def set_attrs(self, number: int, attrs: Mapping[str, Any]) -> None:
         """Set user attributes of trial ``number`` (its money, why it stopped, ...)."""
         with self._lock:
@@ -401,6 +409,18 @@ class StudyRecorder:
     def close(self) -> None:
         self.storage.remove_session()
         self.storage.engine.dispose()
+
+
+class _Locked:
+    """A resume chooser that reads the study under the recorder's lock (the planner is
+    shared with the sampler, which proposes under it)."""
+
+    def __init__(self, chooser: Any, lock: Any):
+        self.chooser, self.lock = chooser, lock
+
+    def choose(self, paused, fresh):
+        with self.lock:
+            return self.chooser.choose(paused, fresh)
 
 
 def _lifecycle_state(trial: FrozenTrial) -> TState | None:
