@@ -7,7 +7,8 @@ intermediate values (partial curves included) and, with ``prior``, on earlier st
 the same space. It works in any Optuna study (``study.optimize`` with ``trial.report``,
 or ``ask``/``tell``), with or without intermediate values (then each trial is one point
 at its last step), and inside hpsearch (``search.sampler: curve``), where the study's
-recorder keeps one planner between asks.
+recorder keeps one planner between asks and the cost-aware policy asks the same planner
+which paused trial to resume (:class:`~hpsearch.adapters.optuna.samplers.CurveResumeChooser`).
 """
 
 from __future__ import annotations
