@@ -78,7 +78,8 @@ class ResumeChoice:
 
 
 class Planner:
-    """Proposes new configurations (see the module docstring).
+    """Proposes new configurations and picks resumes on the same scale (see the module
+    docstring).
 
     Args:
         dims: The space.
