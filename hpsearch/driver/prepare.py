@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from hpsearch.driver.backend import LightningBackend
 from hpsearch.driver.rundir import default_run_dir, storage_url_for
@@ -14,7 +14,7 @@ from hpsearch.errors import ConfigError
 from hpsearch.money.fmt import fmt_money
 from hpsearch.recovery import faults
 from hpsearch.spec import config as config_mod
-from hpsearch.spec import raw_yaml, study_storage
+from hpsearch.spec import study_storage
 
 
 def _check_minimum(config: config_mod.Config, price) -> None:
@@ -113,15 +113,9 @@ def _load_config(source, overrides, trainable) -> config_mod.Config:
 
     if trainable is None:
         return config_mod.load(source, overrides)
-    lines: dict[str, int] = {}
-    raw = dict(source) if isinstance(source, Mapping) else raw_yaml.read_yaml(source, lines)
-    lines.pop("trainable", None)  # the caller's trainable replaces the file's
-    with raw_yaml.located(source, lines, overrides):
-        raw = raw_yaml.apply_overrides(raw, overrides)
-        if not callable(trainable):
-            raw["trainable"] = trainable
-            return config_mod.validate(raw)
-        from hpsearch.spec.trainable import display_name
+    if not callable(trainable):
+        return config_mod.load(source, overrides, fixed={"trainable": trainable})
+    from hpsearch.spec.trainable import display_name
 
-        raw["trainable"] = _FUNCTION_PLACEHOLDER
-        return dataclasses.replace(config_mod.validate(raw), trainable=display_name(trainable))
+    config = config_mod.load(source, overrides, fixed={"trainable": _FUNCTION_PLACEHOLDER})
+    return dataclasses.replace(config, trainable=display_name(trainable))

@@ -316,9 +316,14 @@ def check_training_cpus(config: Config) -> None:
 def load(
     source: str | Path | Mapping[str, Any],
     overrides: Mapping[str, Any] | list[str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> Config:
-    """Load ``source`` (a path to ``space.yaml`` or a mapping), apply overrides, validate."""
+    """Load ``source`` (a path to ``space.yaml`` or a mapping), apply overrides, set the
+    top-level keys of ``fixed`` (the caller's, e.g. ``hpsearch.run``'s trainable: an
+    error about one names no line of the file), validate."""
     lines: dict[str, int] = {}
     raw = dict(source) if isinstance(source, Mapping) else read_yaml(source, lines)
+    for key in fixed or {}:
+        lines.pop(key, None)
     with located(source, lines, overrides):
-        return validate(apply_overrides(raw, overrides))
+        return validate({**apply_overrides(raw, overrides), **(fixed or {})})
