@@ -157,6 +157,16 @@ def restored(planner: Planner, trials: Sequence[FrozenTrial], maximize: bool) ->
             return
 
 
+def planner_curves(planner: Planner, trials: Sequence[FrozenTrial], maximize: bool,
+                   exclude: int | None = None) -> list[TrialCurve]:
+    """A study's ``trials`` (but ``exclude``) as ``planner`` reads them, its forest first
+    restored from the study's latest fit if it has none (:func:`restored`): what a
+    proposal and a resume choice are asked on."""
+    restored(planner, trials, maximize)
+    return study_curves(trials, planner, maximize, planner.max_epochs, exclude=exclude,
+                        cache=planner.read_cache)
+
+
 def _space_of(studies: Sequence[optuna.Study | EarlierStudy]) -> dict[str, BaseDistribution]:
     """The distributions every finished trial of the earlier studies shares."""
     space: dict[str, BaseDistribution] | None = None
@@ -237,11 +247,8 @@ class CurveSampler(optuna.samplers.BaseSampler):
         if not search_space or "fixed_params" in trial.system_attrs:
             return {}  # nothing to propose in, or an enqueued trial (its params are set)
         planner = self.planner_for(study, search_space)
-        trials = study.get_trials(deepcopy=False)
-        maximize = study.direction.name == "MAXIMIZE"
-        restored(planner, trials, maximize)
-        curves = study_curves(trials, planner, maximize, planner.max_epochs,
-                              exclude=trial.number, cache=planner.read_cache)
+        curves = planner_curves(planner, study.get_trials(deepcopy=False),
+                                study.direction.name == "MAXIMIZE", exclude=trial.number)
         before = planner.model.state
         proposal = planner.propose(curves, proposal_seed(self._seed, trial.number))
         if planner.model.state is not None and planner.model.state is not before:

@@ -115,16 +115,12 @@ class CurveResumeChooser:
         self.number = number or (lambda n: n)
 
     def choose(self, paused: Sequence[int], fresh: bool) -> Any:
-        from hpsearch.adapters.optuna.curve_sampler import (proposal_seed, restored,
-                                                            study_curves)
+        from hpsearch.adapters.optuna.curve_sampler import planner_curves, proposal_seed
 
         planner, study = self.planner, self.study
-        maximize = study.direction.name == "MAXIMIZE"
         trials = study.get_trials(deepcopy=False)
-        restored(planner, trials, maximize)
-        curves = study_curves(trials, planner, maximize, planner.max_epochs,
-                              cache=planner.read_cache)
-        n = len(trials)
+        curves = planner_curves(planner, trials, study.direction.name == "MAXIMIZE")
+        n = len(trials)  # the next trial's number
         numbers = {self.number(p): p for p in paused}
         choice = planner.choose_resume(curves, list(numbers), fresh,
                                        proposal_seed(sampler_seed(self.search_seed, n), n))
